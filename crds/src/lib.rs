@@ -1,0 +1,1 @@
+//! The `TokenRouterDeployment` custom resource types (filled in by the operator issue).

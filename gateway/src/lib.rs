@@ -1,0 +1,1 @@
+//! The OpenAI-compatible HTTP surface in front of a routed model group.

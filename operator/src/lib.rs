@@ -1,0 +1,3 @@
+//! The delayed-batching tuner now; the Kubernetes controller later.
+
+pub mod tuner;

@@ -1,0 +1,2 @@
+//! Delayed-batching tuner (placeholder until the tuner lands).
+pub mod cli;

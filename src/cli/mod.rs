@@ -1,0 +1,4 @@
+//! Argument types and thin drivers for each subcommand.
+
+pub mod assets;
+pub mod generate;

@@ -1,0 +1,53 @@
+//! `tokenrouter`: one binary, one subcommand per job. Argument parsing only;
+//! the work lives in the crates.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+/// Token-level LLM routing: several models that share a tokenizer write one answer.
+#[derive(Parser)]
+#[command(name = "tokenrouter", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate one completion from one model (the smallest end-to-end check of the runtime).
+    Generate(cli::generate::GenerateArgs),
+    /// Convert a GGUF file into a Hugging Face model directory.
+    ImportGguf(cli::assets::ImportGgufArgs),
+    /// Derive a smaller partner model: the first K layers, the final norm and the head.
+    DeriveEarlyExit(cli::assets::DeriveEarlyExitArgs),
+    /// Write a random-weight checkpoint of a Qwen3 preset with the real Qwen3 tokenizer.
+    GenRandom(cli::assets::GenRandomArgs),
+    /// Pick delayed-batching thresholds with the Markov-chain model.
+    Tune(operator::tuner::cli::TuneArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => cli::generate::run(args),
+        Command::ImportGguf(args) => cli::assets::run_import_gguf(args),
+        Command::DeriveEarlyExit(args) => cli::assets::run_derive_early_exit(args),
+        Command::GenRandom(args) => cli::assets::run_gen_random(args),
+        Command::Tune(args) => operator::tuner::cli::run(args).map_err(anyhow::Error::from),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

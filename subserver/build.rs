@@ -1,0 +1,5 @@
+include!("libtorch_link.rs");
+
+fn main() {
+    libtorch_link::emit();
+}

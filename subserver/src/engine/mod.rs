@@ -1,0 +1,1 @@
+//! Batch engine for one model.

@@ -1,0 +1,15 @@
+//! The engine for one model: model loading (Hugging Face directories, GGUF
+//! import), the decoder architectures, the paged KV cache with its radix
+//! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
+
+pub mod assets;
+pub mod device;
+pub mod engine;
+pub mod error;
+pub mod kv;
+pub mod model;
+pub mod runner;
+pub mod sampling;
+pub mod tokenizer;
+
+pub use error::EngineError;

@@ -1,0 +1,3 @@
+//! Model configuration, weights and decoder architectures.
+
+pub mod config;

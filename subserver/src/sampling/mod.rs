@@ -1,0 +1,1 @@
+//! Sampling: parameters, samplers, stop conditions.
