@@ -1,9 +1,135 @@
-//! `tokenrouter generate` (placeholder).
+//! `tokenrouter generate`: one completion from one model, streamed to stdout,
+//! with timing on stderr. The smallest end-to-end check of the runtime.
 
-/// `generate` arguments.
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use subserver::device::{parse_device, DType};
+use subserver::engine::{BatchEngine, EngineLimits};
+use subserver::runner::memory::KvBudget;
+use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use subserver::sampling::SamplingParams;
+use subserver::tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, TextTokenizer};
+
+/// Arguments of `generate`.
 #[derive(Debug, clap::Args)]
-pub struct GenerateArgs {}
+pub struct GenerateArgs {
+    /// Hugging Face model directory.
+    #[arg(long)]
+    model: PathBuf,
+    /// The prompt (raw text, or the user turn with --chat).
+    #[arg(long)]
+    prompt: String,
+    /// Wrap the prompt in the model's chat template as a user turn.
+    #[arg(long)]
+    chat: bool,
+    /// A system turn (with --chat).
+    #[arg(long)]
+    system: Option<String>,
+    /// Chat template `enable_thinking` (Qwen3); omitted when not given.
+    #[arg(long)]
+    enable_thinking: Option<bool>,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Nucleus sampling mass.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Keep only the k most likely tokens (0: off).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Drop tokens below min_p times the top probability.
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Sampling seed (same seed, same output).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Stop strings (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// cpu, cuda or cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Fraction of free memory for the KV cache.
+    #[arg(long, default_value_t = 0.05)]
+    kv_cache_fraction: f64,
+    /// CPU threads for libtorch (default: all cores).
+    #[arg(long)]
+    threads: Option<i32>,
+}
 
-pub fn run(_a: GenerateArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+/// Runs `generate`.
+pub fn run(args: GenerateArgs) -> Result<()> {
+    if let Some(t) = args.threads {
+        tch::set_num_threads(t);
+    }
+    let tokenizer = TextTokenizer::from_dir(&args.model)?;
+    let prompt_text = if args.chat {
+        let template = ChatTemplate::from_dir(&args.model)?;
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(ChatMessage::new("system", system));
+        }
+        messages.push(ChatMessage::new("user", &args.prompt));
+        let mut kwargs = serde_json::Map::new();
+        if let Some(thinking) = args.enable_thinking {
+            kwargs.insert("enable_thinking".into(), serde_json::Value::Bool(thinking));
+        }
+        template.render(&messages, true, &kwargs)?
+    } else {
+        args.prompt.clone()
+    };
+    let prompt = tokenizer.encode(&prompt_text, !args.chat)?;
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        stop: args.stop.clone(),
+        ..SamplingParams::default()
+    };
+    let mut opts = TchRunnerOptions::new(&args.model);
+    opts.device = parse_device(&args.device)?;
+    opts.dtype = args.dtype.parse::<DType>()?;
+    opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
+    let runner = TchRunner::load(&opts).context("loading the model")?;
+    let mut engine = BatchEngine::new(runner, EngineLimits::default());
+    engine.add(0, prompt.clone(), &params)?;
+
+    let mut decoder = IncrementalDecoder::new(&tokenizer, &prompt);
+    let mut stdout = std::io::stdout().lock();
+    let start = Instant::now();
+    let mut first_token = None;
+    let mut generated = 0usize;
+    while !engine.is_idle() {
+        for ev in engine.step()? {
+            first_token.get_or_insert_with(|| start.elapsed());
+            generated += 1;
+            let text = decoder.push(ev.token)?;
+            write!(stdout, "{text}")?;
+            stdout.flush()?;
+        }
+    }
+    writeln!(stdout)?;
+    let done = engine.take_finished();
+    let total = start.elapsed().as_secs_f64();
+    let ttft = first_token.map(|d| d.as_secs_f64()).unwrap_or(total);
+    let decode_rate = if generated > 1 { (generated - 1) as f64 / (total - ttft).max(1e-9) } else { 0.0 };
+    eprintln!(
+        "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s",
+        prompt.len(),
+        done.first().map(|c| c.finish),
+        ttft
+    );
+    Ok(())
 }

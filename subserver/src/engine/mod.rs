@@ -1,1 +1,268 @@
-//! Batch engine for one model.
+//! A single-model batch engine: continuous batching with chunked prefill,
+//! paged KV with prefix reuse, preemption by recomputation when the pool runs
+//! dry. `tokenrouter generate`, the correctness tests and `bench-engine` drive
+//! it; the routed subserver scheduler builds on the same pieces.
+
+pub mod sequence;
+
+use std::collections::VecDeque;
+
+use tracing::debug;
+
+use crate::error::EngineError;
+use crate::runner::{ModelRunner, StepBatch, StepItem};
+use crate::sampling::{FinishReason, SamplingParams};
+use sequence::Sequence;
+
+/// Limits of one step.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineLimits {
+    /// Most new tokens in one forward (bounds prefill chunks).
+    pub max_batched_tokens: usize,
+    /// Most requests in one forward.
+    pub max_batch_size: usize,
+}
+
+impl Default for EngineLimits {
+    fn default() -> Self {
+        Self { max_batched_tokens: 2048, max_batch_size: 256 }
+    }
+}
+
+/// A token produced by a step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenEvent {
+    /// Request id.
+    pub id: u64,
+    /// The sampled token.
+    pub token: u32,
+    /// Set when this token ended the request.
+    pub finish: Option<FinishReason>,
+}
+
+/// A finished request.
+#[derive(Debug, Clone)]
+pub struct Completion {
+    /// Request id.
+    pub id: u64,
+    /// Generated tokens (stop tokens included when they ended generation).
+    pub tokens: Vec<u32>,
+    /// Why it finished.
+    pub finish: FinishReason,
+    /// Prompt tokens served from the prefix cache at the last admission.
+    pub cached_prompt_tokens: usize,
+    /// Times it was preempted.
+    pub preemptions: u32,
+}
+
+/// Continuous batching over one `ModelRunner`.
+pub struct BatchEngine<R: ModelRunner> {
+    runner: R,
+    limits: EngineLimits,
+    waiting: VecDeque<Sequence>,
+    running: Vec<Sequence>,
+    finished: Vec<Completion>,
+    next_seed: u64,
+}
+
+impl<R: ModelRunner> BatchEngine<R> {
+    /// An engine over `runner`.
+    pub fn new(runner: R, limits: EngineLimits) -> Self {
+        Self {
+            runner,
+            limits,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            finished: Vec::new(),
+            next_seed: 0x5eed,
+        }
+    }
+
+    /// The runner (for its info and KV statistics).
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+
+    /// Queues a request after validating it.
+    pub fn add(&mut self, id: u64, prompt: Vec<u32>, params: &SamplingParams) -> Result<(), EngineError> {
+        params.validate().map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        if prompt.is_empty() {
+            return Err(EngineError::InvalidRequest("prompt is empty".into()));
+        }
+        let info = self.runner.info();
+        if let Some(&bad) = prompt.iter().find(|&&t| t as usize >= info.vocab_size) {
+            return Err(EngineError::InvalidRequest(format!(
+                "token id {bad} is outside the vocabulary ({})",
+                info.vocab_size
+            )));
+        }
+        let total = prompt.len() + params.max_tokens;
+        if total > info.max_context {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt ({}) + max_tokens ({}) = {total} exceeds the context of {}",
+                prompt.len(),
+                params.max_tokens,
+                info.max_context
+            )));
+        }
+        let pool = info.num_blocks * info.block_size;
+        if total > pool {
+            return Err(EngineError::InvalidRequest(format!(
+                "prompt + max_tokens = {total} tokens can never fit the KV pool of {pool} tokens"
+            )));
+        }
+        let in_use = self.waiting.iter().chain(&self.running).any(|s| s.id == id);
+        if in_use {
+            return Err(EngineError::InvalidRequest(format!("request id {id} is already queued")));
+        }
+        self.next_seed = self.next_seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let eos = info.eos_ids.clone();
+        self.waiting.push_back(Sequence::new(id, prompt, params, &eos, self.next_seed));
+        Ok(())
+    }
+
+    /// True when nothing is queued or running.
+    pub fn is_idle(&self) -> bool {
+        self.waiting.is_empty() && self.running.is_empty()
+    }
+
+    /// Requests that finished since the last call.
+    pub fn take_finished(&mut self) -> Vec<Completion> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Frees a request wherever it is (client gone). Returns whether it existed.
+    pub fn cancel(&mut self, id: u64) -> bool {
+        if let Some(i) = self.waiting.iter().position(|s| s.id == id) {
+            self.waiting.remove(i);
+            return true;
+        }
+        if let Some(i) = self.running.iter().position(|s| s.id == id) {
+            self.running.remove(i);
+            self.runner.kv().free(id);
+            return true;
+        }
+        false
+    }
+
+    /// Moves the newest running request back to the queue, freeing its KV.
+    fn preempt_last(&mut self) -> bool {
+        let Some(mut seq) = self.running.pop() else {
+            return false;
+        };
+        self.runner.kv().free(seq.id);
+        seq.computed = 0;
+        seq.preemptions += 1;
+        debug!(id = seq.id, "preempted: KV pool exhausted");
+        self.waiting.push_front(seq);
+        true
+    }
+
+    /// Plans one step: running requests first (decode or the rest of their
+    /// prefill), then admissions while the token and KV budgets allow.
+    fn plan(&mut self) -> Result<Vec<(usize, usize)>, EngineError> {
+        let mut budget = self.limits.max_batched_tokens;
+        let mut plan: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 && plan.len() < self.limits.max_batch_size {
+            let seq = &self.running[i];
+            let n = seq.pending().min(budget);
+            let (id, end) = (seq.id, seq.computed + n);
+            if self.runner.kv().can_reserve(id, end) {
+                plan.push((i, n));
+                budget -= n;
+                i += 1;
+            } else if i + 1 < self.running.len() {
+                self.preempt_last();
+            } else {
+                break;
+            }
+        }
+        while budget > 0 && plan.len() < self.limits.max_batch_size {
+            let Some(mut seq) = self.waiting.pop_front() else { break };
+            let all = seq.all_tokens();
+            let cached = self.runner.kv().admit(seq.id, &all)?;
+            seq.computed = cached;
+            seq.cached = cached;
+            let n = seq.pending().min(budget);
+            if !self.runner.kv().can_reserve(seq.id, seq.computed + n) {
+                self.runner.kv().free(seq.id);
+                seq.computed = 0;
+                self.waiting.push_front(seq);
+                break;
+            }
+            self.running.push(seq);
+            plan.push((self.running.len() - 1, n));
+            budget -= n;
+        }
+        Ok(plan)
+    }
+
+    /// Runs one forward over the planned batch and samples where a request
+    /// has consumed all its pending tokens.
+    pub fn step(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
+        let plan = self.plan()?;
+        if plan.is_empty() {
+            if !self.waiting.is_empty() && self.running.is_empty() {
+                return Err(EngineError::InvalidRequest(
+                    "the waiting request cannot fit the KV pool".into(),
+                ));
+            }
+            return Ok(Vec::new());
+        }
+        let items: Vec<StepItem> = plan
+            .iter()
+            .map(|&(i, n)| {
+                let s = &self.running[i];
+                StepItem { rid: s.id, start: s.computed, tokens: s.tokens_at(s.computed, n) }
+            })
+            .collect();
+        let out = self.runner.forward(&StepBatch { items })?;
+        let rows = out.logits_rows()?;
+        let mut events = Vec::new();
+        for (&(i, n), logits) in plan.iter().zip(rows) {
+            let seq = &mut self.running[i];
+            seq.computed += n;
+            if seq.pending() > 0 {
+                continue; // mid-prefill chunk: its logits are not a next-token distribution yet
+            }
+            let token = seq.sampler.sample(&logits);
+            seq.output.push(token);
+            let finish = seq.stop.check(token, seq.output.len());
+            seq.finish = finish;
+            events.push(TokenEvent { id: seq.id, token, finish });
+        }
+        self.retire_finished();
+        Ok(events)
+    }
+
+    fn retire_finished(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            if let Some(finish) = self.running[i].finish {
+                let seq = self.running.remove(i);
+                let all = seq.all_tokens();
+                self.runner.kv().release(seq.id, &all[..seq.computed]);
+                self.finished.push(Completion {
+                    id: seq.id,
+                    tokens: seq.output,
+                    finish,
+                    cached_prompt_tokens: seq.cached,
+                    preemptions: seq.preemptions,
+                });
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Steps until every queued request has finished; returns them by id order.
+    pub fn run_to_completion(&mut self) -> Result<Vec<Completion>, EngineError> {
+        while !self.is_idle() {
+            self.step()?;
+        }
+        let mut done = self.take_finished();
+        done.sort_by_key(|c| c.id);
+        Ok(done)
+    }
+}

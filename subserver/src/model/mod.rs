@@ -1,3 +1,7 @@
 //! Model configuration, weights and decoder architectures.
 
 pub mod config;
+pub mod decoder;
+pub mod dir;
+pub mod rope;
+pub mod weights;

@@ -1,1 +1,90 @@
-//! The `ModelRunner` seam.
+//! The `ModelRunner` seam: one model's forward over a ragged batch, and the
+//! KV cache it owns. The scheduler sees only this trait, so a simulated
+//! backend can stand in for libtorch.
+
+pub mod layout;
+pub mod memory;
+pub mod tch_runner;
+#[doc(hidden)]
+pub mod testing;
+
+use tch::{Device, Kind, Tensor};
+
+use crate::error::EngineError;
+use crate::kv::KvManager;
+
+/// One request's share of a step.
+#[derive(Debug, Clone)]
+pub struct StepItem {
+    /// Request id (the KV cache is keyed by it).
+    pub rid: u64,
+    /// Tokens already in this model's KV for the request.
+    pub start: usize,
+    /// New tokens: a prefill chunk, one decode token, or a peer's suffix.
+    pub tokens: Vec<u32>,
+}
+
+/// A ragged batch.
+#[derive(Debug, Clone, Default)]
+pub struct StepBatch {
+    /// Items; each brings at least one token.
+    pub items: Vec<StepItem>,
+}
+
+impl StepBatch {
+    /// Total new tokens in the step.
+    pub fn num_tokens(&self) -> usize {
+        self.items.iter().map(|i| i.tokens.len()).sum()
+    }
+}
+
+/// What a forward returns, one row per batch item, in batch order.
+pub struct StepOutput {
+    /// Logits of each item's last new position, `[B, V]`, f32, on the runner's device.
+    pub logits: Tensor,
+    /// Final hidden state (after the last norm) of the same positions, `[B, H]`.
+    pub hidden: Tensor,
+}
+
+impl StepOutput {
+    /// Copies the logits to host memory as one row per item.
+    pub fn logits_rows(&self) -> Result<Vec<Vec<f32>>, EngineError> {
+        let cpu = self.logits.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?;
+        let size = cpu.size();
+        let (b, v) = (size[0] as usize, size[1] as usize);
+        let flat: Vec<f32> = Vec::<f32>::try_from(&cpu.f_flatten(0, -1)?)?;
+        Ok((0..b).map(|i| flat[i * v..(i + 1) * v].to_vec()).collect())
+    }
+}
+
+/// Static facts about a loaded model that schedulers and samplers need.
+#[derive(Debug, Clone)]
+pub struct RunnerInfo {
+    /// A display name (directory name).
+    pub name: String,
+    /// Vocabulary size of the head.
+    pub vocab_size: usize,
+    /// Hidden size.
+    pub hidden_size: usize,
+    /// EOS ids (config + generation config).
+    pub eos_ids: Vec<u32>,
+    /// Longest context (prompt + output).
+    pub max_context: usize,
+    /// KV block size.
+    pub block_size: usize,
+    /// KV blocks in the pool.
+    pub num_blocks: usize,
+}
+
+/// One model's forward, model-centric: the scheduler batches, the runner computes.
+pub trait ModelRunner: Send {
+    /// Facts about the model.
+    fn info(&self) -> &RunnerInfo;
+    /// Reserves KV for every item, writes the new tokens' K/V, and returns
+    /// last-position logits and hidden states per item.
+    fn forward(&mut self, batch: &StepBatch) -> Result<StepOutput, EngineError>;
+    /// The KV bookkeeping (admission, reservation, release).
+    fn kv(&mut self) -> &mut KvManager;
+    /// Read-only view of the KV bookkeeping.
+    fn kv_ref(&self) -> &KvManager;
+}

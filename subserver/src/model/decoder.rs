@@ -1,0 +1,249 @@
+//! The decoder shared by Llama, Qwen2 and Qwen3: embeddings, pre-norm blocks
+//! with grouped-query attention over the paged KV cache, SwiGLU MLP, final
+//! norm and head. One forward serves a ragged batch (see `runner::layout`).
+
+use tch::{Device, Kind, Tensor};
+use tracing::warn;
+
+use crate::error::EngineError;
+use crate::kv::storage::KvStorage;
+use crate::model::config::{Architecture, ModelConfig};
+use crate::model::rope::Rope;
+use crate::model::weights::Weights;
+use crate::runner::layout::BatchLayout;
+
+/// RMSNorm as transformers computes it: statistics in f32, scale in the model dtype.
+fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {
+    let kind = x.kind();
+    let xf = x.f_to_kind(Kind::Float)?;
+    let var = xf.f_pow_tensor_scalar(2)?.f_mean_dim(-1, true, Kind::Float)?;
+    let normed = xf.f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?.f_to_kind(kind)?;
+    Ok(normed.f_mul(weight)?)
+}
+
+struct Layer {
+    input_norm: Tensor,
+    /// q, k and v projections stacked along the output dimension.
+    qkv: Tensor,
+    qkv_bias: Option<Tensor>,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    o_proj: Tensor,
+    o_bias: Option<Tensor>,
+    post_norm: Tensor,
+    /// gate and up projections stacked along the output dimension.
+    gate_up: Tensor,
+    down: Tensor,
+}
+
+/// A loaded decoder-only model.
+pub struct Decoder {
+    cfg: ModelConfig,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Tensor,
+    rope: Rope,
+    kind: Kind,
+    device: Device,
+}
+
+impl Decoder {
+    /// Builds the model from checkpoint tensors, checking every name and shape.
+    pub fn new(
+        cfg: &ModelConfig,
+        mut w: Weights,
+        kind: Kind,
+        device: Device,
+    ) -> Result<Self, EngineError> {
+        let arch = cfg.architecture().map_err(|reason| EngineError::InvalidModel {
+            path: Default::default(),
+            reason,
+        })?;
+        let h = cfg.hidden_size as i64;
+        let hd = cfg.head_dim() as i64;
+        let nh = cfg.num_attention_heads as i64;
+        let nkv = cfg.kv_heads() as i64;
+        let inter = cfg.intermediate_size as i64;
+        let vocab = cfg.vocab_size as i64;
+        let qkv_bias = arch == Architecture::Qwen2 || cfg.attention_bias;
+        let embed = w.take("model.embed_tokens.weight", &[vocab, h])?;
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for i in 0..cfg.num_hidden_layers {
+            let p = format!("model.layers.{i}");
+            let q = w.take(&format!("{p}.self_attn.q_proj.weight"), &[nh * hd, h])?;
+            let k = w.take(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?;
+            let v = w.take(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?;
+            let bias = if qkv_bias {
+                let qb = w.take(&format!("{p}.self_attn.q_proj.bias"), &[nh * hd])?;
+                let kb = w.take(&format!("{p}.self_attn.k_proj.bias"), &[nkv * hd])?;
+                let vb = w.take(&format!("{p}.self_attn.v_proj.bias"), &[nkv * hd])?;
+                Some(Tensor::f_cat(&[qb, kb, vb], 0)?)
+            } else {
+                None
+            };
+            let (q_norm, k_norm) = if arch == Architecture::Qwen3 {
+                (
+                    Some(w.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?),
+                    Some(w.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?),
+                )
+            } else {
+                (None, None)
+            };
+            let o_bias = if cfg.attention_bias {
+                Some(w.take(&format!("{p}.self_attn.o_proj.bias"), &[h])?)
+            } else {
+                None
+            };
+            let gate = w.take(&format!("{p}.mlp.gate_proj.weight"), &[inter, h])?;
+            let up = w.take(&format!("{p}.mlp.up_proj.weight"), &[inter, h])?;
+            layers.push(Layer {
+                input_norm: w.take(&format!("{p}.input_layernorm.weight"), &[h])?,
+                qkv: Tensor::f_cat(&[q, k, v], 0)?,
+                qkv_bias: bias,
+                q_norm,
+                k_norm,
+                o_proj: w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
+                o_bias,
+                post_norm: w.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                gate_up: Tensor::f_cat(&[gate, up], 0)?,
+                down: w.take(&format!("{p}.mlp.down_proj.weight"), &[h, inter])?,
+            });
+        }
+        let norm = w.take("model.norm.weight", &[h])?;
+        let lm_head = if cfg.tie_word_embeddings {
+            // Some tied checkpoints still carry a copy; it is identical, drop it.
+            let _ = w.take_optional("lm_head.weight", &[vocab, h])?;
+            embed.shallow_clone()
+        } else {
+            w.take("lm_head.weight", &[vocab, h])?
+        };
+        let leftover = w.leftover();
+        if !leftover.is_empty() {
+            warn!(count = leftover.len(), first = %leftover[0], "checkpoint tensors not used by the architecture");
+        }
+        Ok(Self {
+            cfg: cfg.clone(),
+            embed,
+            layers,
+            norm,
+            lm_head,
+            rope: Rope::new(cfg, kind, device)?,
+            kind,
+            device,
+        })
+    }
+
+    /// The configuration it was built from.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Activation dtype.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// Device of weights and activations.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// Longest context the position tables cover.
+    pub fn max_positions(&self) -> usize {
+        self.rope.max_positions()
+    }
+
+    /// The token embedding matrix `[vocab, hidden]` (routers read it).
+    pub fn embeddings(&self) -> &Tensor {
+        &self.embed
+    }
+
+    /// One forward over a ragged batch. Writes the new tokens' K/V into `kv`
+    /// and returns, per batch item, the last position's logits (`[B, V]`, f32)
+    /// and final hidden state after the last norm (`[B, H]`).
+    pub fn forward(
+        &self,
+        layout: &BatchLayout,
+        kv: &mut KvStorage,
+    ) -> Result<(Tensor, Tensor), EngineError> {
+        let _guard = tch::no_grad_guard();
+        let cfg = &self.cfg;
+        let nh = cfg.num_attention_heads as i64;
+        let nkv = cfg.kv_heads() as i64;
+        let hd = cfg.head_dim() as i64;
+        let eps = cfg.rms_norm_eps;
+        let t = layout.num_tokens;
+        let (cos, sin) = self.rope.tables(&layout.positions)?;
+        let mut x = self.embed.f_index_select(0, &layout.tokens)?;
+        for (li, layer) in self.layers.iter().enumerate() {
+            let h = rms_norm(&x, &layer.input_norm, eps)?;
+            let qkv = h.f_linear(&layer.qkv, layer.qkv_bias.as_ref())?;
+            let mut q = qkv.f_narrow(1, 0, nh * hd)?.f_view([t, nh, hd])?;
+            let mut k = qkv.f_narrow(1, nh * hd, nkv * hd)?.f_view([t, nkv, hd])?;
+            let v = qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd)?.f_view([t, nkv, hd])?;
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = rms_norm(&q, qn, eps)?;
+                k = rms_norm(&k, kn, eps)?;
+            }
+            let q = Rope::apply(&q, &cos, &sin)?;
+            let k = Rope::apply(&k, &cos, &sin)?;
+            kv.write(li, &layout.slots, &k, &v)?;
+            let attn = self.attention(layout, kv, li, &q)?;
+            let o = attn.f_linear(&layer.o_proj, layer.o_bias.as_ref())?;
+            x = x.f_add(&o)?;
+            let h = rms_norm(&x, &layer.post_norm, eps)?;
+            let gu = h.f_linear::<Tensor>(&layer.gate_up, None)?;
+            let inter = cfg.intermediate_size as i64;
+            let act = gu.f_narrow(1, 0, inter)?.f_silu()?.f_mul(&gu.f_narrow(1, inter, inter)?)?;
+            x = x.f_add(&act.f_linear::<Tensor>(&layer.down, None)?)?;
+        }
+        let last = x.f_index_select(0, &layout.last)?;
+        let hidden = rms_norm(&last, &self.norm, eps)?;
+        let logits = hidden.f_linear::<Tensor>(&self.lm_head, None)?.f_to_kind(Kind::Float)?;
+        Ok((logits, hidden))
+    }
+
+    /// Attention of the new queries against each item's whole context,
+    /// padded to `[B, heads, q_max, ctx_max]` with a causal/padding mask.
+    fn attention(
+        &self,
+        layout: &BatchLayout,
+        kv: &KvStorage,
+        layer: usize,
+        q: &Tensor,
+    ) -> Result<Tensor, EngineError> {
+        let cfg = &self.cfg;
+        let nh = cfg.num_attention_heads as i64;
+        let nkv = cfg.kv_heads() as i64;
+        let hd = cfg.head_dim() as i64;
+        let (b, qm, cm) = (layout.batch, layout.q_max, layout.ctx_max);
+        let (k_all, v_all) = kv.gather(layer, &layout.gather)?;
+        // [B*ctx, nkv, hd] -> [B, nkv, ctx, hd]
+        let k = k_all.f_view([b, cm, nkv, hd])?.f_transpose(1, 2)?;
+        let v = v_all.f_view([b, cm, nkv, hd])?.f_transpose(1, 2)?;
+        let q_pad = if layout.is_dense {
+            q.shallow_clone()
+        } else {
+            let zero = Tensor::f_zeros([1, nh, hd], (q.kind(), q.device()))?;
+            Tensor::f_cat(&[q, &zero], 0)?.f_index_select(0, &layout.q_pad)?
+        };
+        let q4 = q_pad.f_view([b, qm, nh, hd])?.f_transpose(1, 2)?;
+        let out = Tensor::f_scaled_dot_product_attention(
+            &q4,
+            &k,
+            &v,
+            Some(&layout.mask),
+            0.0,
+            false,
+            1.0 / (hd as f64).sqrt(),
+            nh != nkv,
+        )?;
+        let out = out.f_transpose(1, 2)?.f_reshape([b * qm, nh * hd])?;
+        if layout.is_dense {
+            Ok(out)
+        } else {
+            Ok(out.f_index_select(0, &layout.q_valid)?)
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Reads safetensors checkpoints (single file or shards) into libtorch tensors
+//! on the target device and dtype, with a progress bar.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use safetensors::{Dtype, SafeTensors};
+use tch::{Device, Kind, Tensor};
+
+use crate::error::EngineError;
+
+/// Named tensors of one checkpoint, consumed by the architecture as it builds.
+pub struct Weights {
+    dir: PathBuf,
+    tensors: HashMap<String, Tensor>,
+}
+
+fn kind_of(dtype: Dtype) -> Option<Kind> {
+    match dtype {
+        Dtype::F32 => Some(Kind::Float),
+        Dtype::F16 => Some(Kind::Half),
+        Dtype::BF16 => Some(Kind::BFloat16),
+        _ => None,
+    }
+}
+
+impl Weights {
+    /// Loads every tensor of `files` (relative to `dir` for messages) as `kind` on `device`.
+    pub fn load(
+        dir: &Path,
+        files: &[PathBuf],
+        kind: Kind,
+        device: Device,
+    ) -> Result<Self, EngineError> {
+        let total: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("loading {msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(dir.display().to_string());
+        let mut tensors = HashMap::new();
+        for file in files {
+            let handle = std::fs::File::open(file).map_err(|e| EngineError::io(file, e))?;
+            // SAFETY: the file is opened read-only and not modified while mapped.
+            let mmap = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| EngineError::io(file, e))?;
+            let st = SafeTensors::deserialize(&mmap).map_err(|e| EngineError::InvalidModel {
+                path: file.clone(),
+                reason: format!("safetensors: {e}"),
+            })?;
+            for (name, view) in st.tensors() {
+                let src_kind = kind_of(view.dtype()).ok_or_else(|| EngineError::InvalidModel {
+                    path: file.clone(),
+                    reason: format!("tensor `{name}` has unsupported dtype {:?}", view.dtype()),
+                })?;
+                let shape: Vec<i64> = view.shape().iter().map(|&d| d as i64).collect();
+                let t = Tensor::f_from_data_size(view.data(), &shape, src_kind)?
+                    .f_to_kind(kind)?
+                    .f_to_device(device)?;
+                bar.inc(view.data().len() as u64);
+                tensors.insert(name, t);
+            }
+        }
+        bar.finish_and_clear();
+        Ok(Self { dir: dir.to_path_buf(), tensors })
+    }
+
+    /// Builds from tensors already in memory (random init, tests).
+    pub fn from_map(dir: &Path, tensors: HashMap<String, Tensor>) -> Self {
+        Self { dir: dir.to_path_buf(), tensors }
+    }
+
+    /// Removes and returns `name`, checking its shape.
+    pub fn take(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, EngineError> {
+        let t = self.tensors.remove(name).ok_or_else(|| EngineError::MissingTensor {
+            name: name.to_string(),
+            path: self.dir.clone(),
+        })?;
+        if t.size() != shape {
+            return Err(EngineError::ShapeMismatch {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                got: t.size(),
+            });
+        }
+        Ok(t)
+    }
+
+    /// Like `take`, but `None` when absent.
+    pub fn take_optional(&mut self, name: &str, shape: &[i64]) -> Result<Option<Tensor>, EngineError> {
+        if self.tensors.contains_key(name) {
+            self.take(name, shape).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Names not consumed by the architecture (reported as a warning).
+    pub fn leftover(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.tensors.keys().cloned().collect();
+        names.sort();
+        names
+    }
+}

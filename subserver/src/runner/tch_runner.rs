@@ -1,0 +1,258 @@
+//! `ModelRunner` on libtorch: a `Decoder`, its KV tensors, and the KV bookkeeping.
+
+use std::path::{Path, PathBuf};
+
+use tch::Device;
+use tracing::info;
+
+use crate::device::{ensure_device, DType};
+use crate::error::EngineError;
+use crate::kv::storage::{bytes_per_block, KvStorage};
+use crate::kv::KvManager;
+use crate::model::decoder::Decoder;
+use crate::model::dir::ModelDir;
+use crate::model::weights::Weights;
+use crate::runner::layout::{BatchLayout, LayoutItem};
+use crate::runner::memory::{num_blocks, KvBudget};
+use crate::runner::{ModelRunner, RunnerInfo, StepBatch, StepOutput};
+
+/// How to load a model.
+#[derive(Debug, Clone)]
+pub struct TchRunnerOptions {
+    /// Hugging Face model directory.
+    pub model_dir: PathBuf,
+    /// Where weights, activations and KV live.
+    pub device: Device,
+    /// Weight and activation dtype.
+    pub dtype: DType,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Size of the KV pool.
+    pub kv_budget: KvBudget,
+    /// Reuse KV of earlier requests with the same prefix.
+    pub enable_prefix_cache: bool,
+}
+
+impl TchRunnerOptions {
+    /// Defaults for `dir`: CPU, f32, blocks of 16, 20% of free memory, prefix cache on.
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            model_dir: dir.to_path_buf(),
+            device: Device::Cpu,
+            dtype: DType::F32,
+            block_size: 16,
+            kv_budget: KvBudget::Fraction(0.2),
+            enable_prefix_cache: true,
+        }
+    }
+}
+
+/// A loaded model with its KV cache.
+pub struct TchRunner {
+    decoder: Decoder,
+    storage: KvStorage,
+    kv: KvManager,
+    info: RunnerInfo,
+}
+
+impl TchRunner {
+    /// Loads weights, checks them against the config, and sizes the KV pool.
+    pub fn load(opts: &TchRunnerOptions) -> Result<Self, EngineError> {
+        if opts.block_size == 0 {
+            return Err(EngineError::InvalidRequest("block_size must be positive".into()));
+        }
+        ensure_device(opts.device)?;
+        let dir = ModelDir::open(&opts.model_dir)?;
+        let kind = opts.dtype.kind();
+        let weights = Weights::load(&dir.path, &dir.weight_files()?, kind, opts.device)?;
+        let decoder = Decoder::new(&dir.config, weights, kind, opts.device)?;
+        Self::with_decoder(decoder, &dir, opts)
+    }
+
+    /// Wraps an already-built decoder (random weights made on the device, tests).
+    pub fn with_decoder(
+        decoder: Decoder,
+        dir: &ModelDir,
+        opts: &TchRunnerOptions,
+    ) -> Result<Self, EngineError> {
+        let cfg = decoder.config().clone();
+        let per_block = bytes_per_block(
+            cfg.num_hidden_layers,
+            opts.block_size,
+            cfg.kv_heads(),
+            cfg.head_dim(),
+            decoder.kind(),
+        );
+        let blocks = num_blocks(opts.kv_budget, opts.device, per_block, opts.block_size)?;
+        let storage = KvStorage::new(
+            cfg.num_hidden_layers,
+            blocks * opts.block_size,
+            cfg.kv_heads(),
+            cfg.head_dim(),
+            decoder.kind(),
+            opts.device,
+        )?;
+        info!(
+            model = %dir.path.display(),
+            blocks,
+            tokens = blocks * opts.block_size,
+            mib = (blocks * per_block) >> 20,
+            "KV cache allocated"
+        );
+        let name = dir
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let info = RunnerInfo {
+            name,
+            vocab_size: cfg.vocab_size,
+            hidden_size: cfg.hidden_size,
+            eos_ids: dir.eos_ids(),
+            max_context: decoder.max_positions(),
+            block_size: opts.block_size,
+            num_blocks: blocks,
+        };
+        Ok(Self {
+            decoder,
+            storage,
+            kv: KvManager::new(blocks, opts.block_size, opts.enable_prefix_cache),
+            info,
+        })
+    }
+
+    /// The decoder (routers read its embedding matrix).
+    pub fn decoder(&self) -> &Decoder {
+        &self.decoder
+    }
+}
+
+impl ModelRunner for TchRunner {
+    fn info(&self) -> &RunnerInfo {
+        &self.info
+    }
+
+    fn forward(&mut self, batch: &StepBatch) -> Result<StepOutput, EngineError> {
+        let mut slots: Vec<Vec<i64>> = Vec::with_capacity(batch.items.len());
+        for item in &batch.items {
+            let end = item.start + item.tokens.len();
+            if end > self.info.max_context {
+                return Err(EngineError::InvalidRequest(format!(
+                    "request {}: context {end} exceeds the model's {}",
+                    item.rid, self.info.max_context
+                )));
+            }
+            self.kv.reserve(item.rid, end)?;
+            let mut s = Vec::with_capacity(end);
+            self.kv.slots(item.rid, 0, end, &mut s)?;
+            slots.push(s);
+        }
+        let items: Vec<LayoutItem<'_>> = batch
+            .items
+            .iter()
+            .zip(&slots)
+            .map(|(item, s)| LayoutItem { tokens: &item.tokens, start: item.start, slots: s })
+            .collect();
+        let layout = BatchLayout::build(&items, self.decoder.device())?;
+        let (logits, hidden) = self.decoder.forward(&layout, &mut self.storage)?;
+        Ok(StepOutput { logits, hidden })
+    }
+
+    fn kv(&mut self) -> &mut KvManager {
+        &mut self.kv
+    }
+
+    fn kv_ref(&self) -> &KvManager {
+        &self.kv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::runner::testing::tiny_runner;
+    use crate::runner::{ModelRunner, StepBatch, StepItem};
+
+    fn argmax(v: &[f32]) -> u32 {
+        (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+    }
+
+    /// Greedy decode of one prompt alone: (tokens, logits of each step).
+    fn alone(prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+        let mut r = tiny_runner(512, 4).unwrap();
+        r.kv().admit(1, prompt).unwrap();
+        let mut item = StepItem { rid: 1, start: 0, tokens: prompt.to_vec() };
+        let (mut toks, mut rows) = (vec![], vec![]);
+        for _ in 0..steps {
+            let row = r.forward(&StepBatch { items: vec![item.clone()] }).unwrap().logits_rows().unwrap().remove(0);
+            let t = argmax(&row);
+            item.start += item.tokens.len();
+            item.tokens = vec![t];
+            toks.push(t);
+            rows.push(row);
+        }
+        (toks, rows)
+    }
+
+    #[test]
+    fn ragged_batches_match_single_request_decoding() {
+        let prompts: Vec<Vec<u32>> = vec![
+            vec![3, 14, 15, 92, 65],
+            vec![35, 89, 79, 32, 38, 46, 26, 43, 38],
+            vec![27, 18],
+        ];
+        let steps = 8;
+        let expected: Vec<_> = prompts.iter().map(|p| alone(p, steps)).collect();
+
+        // Together: request 0 starts first; 1 arrives at step 2 and prefills in
+        // two chunks (a multi-token extend mid-sequence); 2 arrives at step 3.
+        let mut r = tiny_runner(512, 4).unwrap();
+        let mut state: Vec<Option<(StepItem, Vec<u32>, Vec<Vec<f32>>)>> = vec![None, None, None];
+        let mut pending_chunks: Vec<Vec<u32>> = vec![vec![], prompts[1][5..].to_vec(), vec![]];
+        for tick in 0..20 {
+            for (i, arrive) in [(0usize, 0usize), (1, 2), (2, 3)] {
+                if tick == arrive {
+                    r.kv().admit(i as u64, &prompts[i]).unwrap();
+                    let first = if i == 1 { prompts[1][..5].to_vec() } else { prompts[i].clone() };
+                    state[i] = Some((StepItem { rid: i as u64, start: 0, tokens: first }, vec![], vec![]));
+                }
+            }
+            let active: Vec<usize> = (0..3)
+                .filter(|&i| state[i].as_ref().is_some_and(|s| s.1.len() < steps))
+                .collect();
+            if active.is_empty() {
+                break;
+            }
+            let batch = StepBatch { items: active.iter().map(|&i| state[i].as_ref().unwrap().0.clone()).collect() };
+            let rows = r.forward(&batch).unwrap().logits_rows().unwrap();
+            for (&i, row) in active.iter().zip(rows) {
+                let (item, toks, logits) = state[i].as_mut().unwrap();
+                item.start += item.tokens.len();
+                if !pending_chunks[i].is_empty() {
+                    item.tokens = std::mem::take(&mut pending_chunks[i]);
+                    continue;
+                }
+                let t = argmax(&row);
+                item.tokens = vec![t];
+                toks.push(t);
+                logits.push(row);
+            }
+        }
+        for (i, (toks, rows)) in expected.iter().enumerate() {
+            let (_, got_toks, got_rows) = state[i].as_ref().unwrap();
+            assert_eq!(got_toks, toks, "request {i} tokens differ when batched");
+            for (a, b) in got_rows.iter().zip(rows) {
+                let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(diff < 1e-4, "request {i}: batched logits differ by {diff}");
+            }
+        }
+    }
+
+    #[test]
+    fn context_beyond_the_model_is_an_error_not_a_panic() {
+        let mut r = tiny_runner(4096, 16).unwrap();
+        let long: Vec<u32> = vec![1; 300];
+        r.kv().admit(9, &long).unwrap();
+        let err = r.forward(&StepBatch { items: vec![StepItem { rid: 9, start: 0, tokens: long }] });
+        assert!(err.err().unwrap().to_string().contains("exceeds"));
+    }
+}
