@@ -323,40 +323,55 @@ fn random_walk_is_reproducible() {
 fn exhaustive_short_sequences_never_leak() {
     let long = vec![1, 2, 3, 4, 5, 6];
     let branch = vec![1, 2, 3, 4, 7, 8];
+    let other = vec![9, 9, 9, 9, 9, 9];
     let mut alphabet: Vec<Vec<Op>> = vec![vec![Op::Evict { n: 1 }]];
     for rid in [1, 2] {
         alphabet.push(vec![Op::Admit { rid, seq: long.clone(), prompt_len: 3 }]);
+        // A prompt of whole blocks, all cached after `long` ran: the last
+        // block must still be computed.
+        alphabet.push(vec![Op::Admit { rid, seq: long.clone(), prompt_len: 4 }]);
         alphabet.push(vec![Op::Admit { rid, seq: branch.clone(), prompt_len: 5 }]);
-        // Grow: reserve then write, as a prefill or decode step does.
+        // Shares nothing, so growing it must evict under pressure.
+        alphabet.push(vec![Op::Admit { rid, seq: other.clone(), prompt_len: 3 }]);
+        // Grow: reserve then write, as a decode or prefill step does.
         alphabet.push(vec![Op::Reserve { rid, extra: 1 }, Op::Compute { rid, extra: 1 }]);
-        alphabet.push(vec![Op::Reserve { rid, extra: 3 }, Op::Compute { rid, extra: 3 }]);
+        alphabet.push(vec![Op::Reserve { rid, extra: 5 }, Op::Compute { rid, extra: 5 }]);
         // Reserved but not yet written.
         alphabet.push(vec![Op::Reserve { rid, extra: 3 }]);
         alphabet.push(vec![Op::Release { rid }]);
         alphabet.push(vec![Op::Free { rid }]);
     }
 
-    fn explore(sim: &Sim, alphabet: &[Vec<Op>], depth: usize, visited: &mut usize, hits: &mut u64) {
-        *visited += 1;
+    #[derive(Default)]
+    struct Seen {
+        visited: usize,
+        hits: u64,
+        evicted_on_reserve: bool,
+    }
+
+    fn explore(sim: &Sim, alphabet: &[Vec<Op>], depth: usize, seen: &mut Seen) {
+        seen.visited += 1;
         sim.check();
         sim.assert_teardown_frees_everything();
-        *hits = (*hits).max(sim.kv.prefix_cache_stats().hit_tokens);
+        seen.hits = seen.hits.max(sim.kv.prefix_cache_stats().hit_tokens);
         if depth == 0 {
             return;
         }
         for step in alphabet {
             let mut next = sim.clone();
             for op in step {
+                let cached = next.kv.num_cached_blocks();
                 next.apply(op);
+                seen.evicted_on_reserve |= matches!(op, Op::Reserve { .. }) && next.kv.num_cached_blocks() < cached;
             }
-            explore(&next, alphabet, depth - 1, visited, hits);
+            explore(&next, alphabet, depth - 1, seen);
         }
     }
 
-    let mut visited = 0;
-    let mut hits = 0;
-    explore(&Sim::new(4, 2), &alphabet, 5, &mut visited, &mut hits);
+    let mut seen = Seen::default();
+    explore(&Sim::new(4, 2), &alphabet, 5, &mut seen);
     let n = alphabet.len();
-    assert_eq!(visited, (0..=5).map(|d| n.pow(d)).sum::<usize>());
-    assert!(hits > 0, "no sequence reused a cached prefix");
+    assert_eq!(seen.visited, (0..=5).map(|d| n.pow(d)).sum::<usize>());
+    assert!(seen.hits > 0, "no sequence reused a cached prefix");
+    assert!(seen.evicted_on_reserve, "no sequence evicted to make room");
 }
