@@ -27,17 +27,25 @@ impl BlockAllocator {
     /// A pool with every block free.
     pub fn new(num_blocks: usize, block_size: usize) -> Result<Self, KvError> {
         if num_blocks == 0 {
-            return Err(KvError::InvalidConfig { reason: "num_blocks must be at least 1".into() });
+            return Err(KvError::InvalidConfig {
+                reason: "num_blocks must be at least 1".into(),
+            });
         }
         if block_size == 0 {
-            return Err(KvError::InvalidConfig { reason: "block_size must be at least 1".into() });
+            return Err(KvError::InvalidConfig {
+                reason: "block_size must be at least 1".into(),
+            });
         }
         // Block ids are u32 and slot indices i64: both must hold the whole pool.
         let fits = BlockId::try_from(num_blocks).is_ok()
-            && num_blocks.checked_mul(block_size).is_some_and(|slots| i64::try_from(slots).is_ok());
+            && num_blocks
+                .checked_mul(block_size)
+                .is_some_and(|slots| i64::try_from(slots).is_ok());
         if !fits {
             return Err(KvError::InvalidConfig {
-                reason: format!("{num_blocks} blocks of {block_size} slots do not fit the slot index range"),
+                reason: format!(
+                    "{num_blocks} blocks of {block_size} slots do not fit the slot index range"
+                ),
             });
         }
         Ok(Self {
@@ -87,7 +95,10 @@ impl BlockAllocator {
 
     /// Takes a free block; its count becomes 1.
     pub fn allocate(&mut self) -> Result<BlockId, KvError> {
-        let block = self.free.pop().ok_or(KvError::OutOfBlocks { needed: 1, available: 0 })?;
+        let block = self.free.pop().ok_or(KvError::OutOfBlocks {
+            needed: 1,
+            available: 0,
+        })?;
         self.ref_counts[block as usize] = 1;
         Ok(block)
     }
@@ -95,7 +106,10 @@ impl BlockAllocator {
     /// Takes `n` free blocks, or none if fewer than `n` are free.
     pub fn allocate_n(&mut self, n: usize) -> Result<Vec<BlockId>, KvError> {
         if n > self.free.len() {
-            return Err(KvError::OutOfBlocks { needed: n, available: self.free.len() });
+            return Err(KvError::OutOfBlocks {
+                needed: n,
+                available: self.free.len(),
+            });
         }
         let blocks = self.free.split_off(self.free.len() - n);
         for &block in &blocks {
@@ -165,14 +179,19 @@ impl BlockAllocator {
         for &block in &self.free {
             let i = block as usize;
             if i >= self.num_blocks() || on_free_list[i] {
-                return fail(format!("block {block} is on the free list twice or out of range"));
+                return fail(format!(
+                    "block {block} is on the free list twice or out of range"
+                ));
             }
             on_free_list[i] = true;
         }
         let (mut cached, mut cache_only) = (0, 0);
         for (i, &count) in self.ref_counts.iter().enumerate() {
             if on_free_list[i] != (count == 0) {
-                return fail(format!("block {i} has count {count} but free-list membership {}", on_free_list[i]));
+                return fail(format!(
+                    "block {i} has count {count} but free-list membership {}",
+                    on_free_list[i]
+                ));
             }
             if self.cached[i] {
                 if count == 0 {
@@ -206,7 +225,10 @@ impl BlockAllocator {
         if i < self.ref_counts.len() {
             Ok(i)
         } else {
-            Err(KvError::UnknownBlock { block, num_blocks: self.ref_counts.len() })
+            Err(KvError::UnknownBlock {
+                block,
+                num_blocks: self.ref_counts.len(),
+            })
         }
     }
 
@@ -225,9 +247,18 @@ mod tests {
 
     #[test]
     fn rejects_unusable_geometry() {
-        assert_eq!(BlockAllocator::new(0, 16).unwrap_err().error_type(), "invalid_config");
-        assert_eq!(BlockAllocator::new(4, 0).unwrap_err().error_type(), "invalid_config");
-        assert_eq!(BlockAllocator::new(1 << 33, 16).unwrap_err().error_type(), "invalid_config");
+        assert_eq!(
+            BlockAllocator::new(0, 16).unwrap_err().error_type(),
+            "invalid_config"
+        );
+        assert_eq!(
+            BlockAllocator::new(4, 0).unwrap_err().error_type(),
+            "invalid_config"
+        );
+        assert_eq!(
+            BlockAllocator::new(1 << 33, 16).unwrap_err().error_type(),
+            "invalid_config"
+        );
     }
 
     #[test]
@@ -254,11 +285,23 @@ mod tests {
         assert_eq!(got.len(), 3);
         let distinct: std::collections::HashSet<_> = got.iter().collect();
         assert_eq!(distinct.len(), 3);
-        assert_eq!(a.allocate_n(2).unwrap_err(), KvError::OutOfBlocks { needed: 2, available: 1 });
+        assert_eq!(
+            a.allocate_n(2).unwrap_err(),
+            KvError::OutOfBlocks {
+                needed: 2,
+                available: 1
+            }
+        );
         assert_eq!(a.num_free(), 1);
         assert!(a.allocate_n(0).unwrap().is_empty());
         a.allocate().unwrap();
-        assert_eq!(a.allocate().unwrap_err(), KvError::OutOfBlocks { needed: 1, available: 0 });
+        assert_eq!(
+            a.allocate().unwrap_err(),
+            KvError::OutOfBlocks {
+                needed: 1,
+                available: 0
+            }
+        );
         a.check_consistency().unwrap();
     }
 
@@ -267,10 +310,28 @@ mod tests {
         let mut a = BlockAllocator::new(2, 4).unwrap();
         let b = a.allocate().unwrap();
         a.release(b).unwrap();
-        assert_eq!(a.release(b).unwrap_err(), KvError::BlockNotAllocated { block: b });
-        assert_eq!(a.retain(b).unwrap_err(), KvError::BlockNotAllocated { block: b });
-        assert_eq!(a.release(7).unwrap_err(), KvError::UnknownBlock { block: 7, num_blocks: 2 });
-        assert_eq!(a.retain(7).unwrap_err(), KvError::UnknownBlock { block: 7, num_blocks: 2 });
+        assert_eq!(
+            a.release(b).unwrap_err(),
+            KvError::BlockNotAllocated { block: b }
+        );
+        assert_eq!(
+            a.retain(b).unwrap_err(),
+            KvError::BlockNotAllocated { block: b }
+        );
+        assert_eq!(
+            a.release(7).unwrap_err(),
+            KvError::UnknownBlock {
+                block: 7,
+                num_blocks: 2
+            }
+        );
+        assert_eq!(
+            a.retain(7).unwrap_err(),
+            KvError::UnknownBlock {
+                block: 7,
+                num_blocks: 2
+            }
+        );
         assert_eq!(a.ref_count(7).unwrap_err().error_type(), "unknown_block");
         // Nothing was corrupted: the free list still holds each block once.
         assert_eq!(a.num_free(), 2);
@@ -282,30 +343,48 @@ mod tests {
         let mut a = BlockAllocator::new(2, 4).unwrap();
         let b = a.allocate().unwrap();
         a.retain_cached(b).unwrap();
-        assert_eq!(a.retain_cached(b).unwrap_err(), KvError::BlockAlreadyCached { block: b });
+        assert_eq!(
+            a.retain_cached(b).unwrap_err(),
+            KvError::BlockAlreadyCached { block: b }
+        );
         assert_eq!((a.num_cached(), a.num_cache_only()), (1, 0));
         // The writer lets go: only the cache holds it, so it is evictable.
         assert!(!a.release(b).unwrap());
         assert_eq!((a.num_cached(), a.num_cache_only()), (1, 1));
         // A plain release must not drop the cache's reference.
-        assert_eq!(a.release(b).unwrap_err(), KvError::CacheReferenceOnly { block: b });
+        assert_eq!(
+            a.release(b).unwrap_err(),
+            KvError::CacheReferenceOnly { block: b }
+        );
         // A new reader pins it.
         a.retain(b).unwrap();
         assert_eq!(a.num_cache_only(), 0);
         a.release(b).unwrap();
         assert_eq!(a.num_cache_only(), 1);
         assert!(a.release_cached(b).unwrap());
-        assert_eq!((a.num_cached(), a.num_cache_only(), a.num_free()), (0, 0, 2));
-        assert_eq!(a.release_cached(b).unwrap_err(), KvError::BlockNotAllocated { block: b });
+        assert_eq!(
+            (a.num_cached(), a.num_cache_only(), a.num_free()),
+            (0, 0, 2)
+        );
+        assert_eq!(
+            a.release_cached(b).unwrap_err(),
+            KvError::BlockNotAllocated { block: b }
+        );
         let c = a.allocate().unwrap();
-        assert_eq!(a.release_cached(c).unwrap_err(), KvError::BlockNotCached { block: c });
+        assert_eq!(
+            a.release_cached(c).unwrap_err(),
+            KvError::BlockNotCached { block: c }
+        );
         a.check_consistency().unwrap();
     }
 
     #[test]
     fn free_blocks_cannot_be_cached() {
         let mut a = BlockAllocator::new(2, 4).unwrap();
-        assert_eq!(a.retain_cached(1).unwrap_err(), KvError::BlockNotAllocated { block: 1 });
+        assert_eq!(
+            a.retain_cached(1).unwrap_err(),
+            KvError::BlockNotAllocated { block: 1 }
+        );
         a.check_consistency().unwrap();
     }
 }

@@ -13,7 +13,10 @@ pub struct BlockTable {
 impl BlockTable {
     /// An empty table for blocks of `block_size` slots.
     pub fn new(block_size: usize) -> Self {
-        Self { block_size, blocks: Vec::new() }
+        Self {
+            block_size,
+            blocks: Vec::new(),
+        }
     }
 
     /// Token slots per block.
@@ -71,6 +74,9 @@ mod tests {
     fn block_size_one_maps_positions_to_blocks() {
         let mut t = BlockTable::new(1);
         t.extend([3, 0, 7]);
-        assert_eq!([t.slot(0), t.slot(1), t.slot(2), t.slot(3)], [Some(3), Some(0), Some(7), None]);
+        assert_eq!(
+            [t.slot(0), t.slot(1), t.slot(2), t.slot(3)],
+            [Some(3), Some(0), Some(7), None]
+        );
     }
 }

@@ -138,23 +138,44 @@ mod tests {
     fn labels_are_distinct_and_messages_name_the_culprit() {
         let errors = [
             KvError::InvalidConfig { reason: "x".into() },
-            KvError::OutOfBlocks { needed: 3, available: 1 },
-            KvError::UnknownBlock { block: 9, num_blocks: 4 },
+            KvError::OutOfBlocks {
+                needed: 3,
+                available: 1,
+            },
+            KvError::UnknownBlock {
+                block: 9,
+                num_blocks: 4,
+            },
             KvError::BlockNotAllocated { block: 2 },
             KvError::CacheReferenceOnly { block: 2 },
             KvError::BlockAlreadyCached { block: 2 },
             KvError::BlockNotCached { block: 2 },
-            KvError::TooFewBlocks { tokens: 8, needed: 2, blocks: 1 },
+            KvError::TooFewBlocks {
+                tokens: 8,
+                needed: 2,
+                blocks: 1,
+            },
             KvError::DuplicateRequest { rid: 7 },
             KvError::UnknownRequest { rid: 7 },
             KvError::EmptyPrompt { rid: 7 },
-            KvError::InvalidRange { rid: 7, start: 3, end: 1 },
-            KvError::NotReserved { rid: 7, end: 9, reserved: 4 },
+            KvError::InvalidRange {
+                rid: 7,
+                start: 3,
+                end: 1,
+            },
+            KvError::NotReserved {
+                rid: 7,
+                end: 9,
+                reserved: 4,
+            },
             KvError::Inconsistent { reason: "x".into() },
         ];
         let labels: std::collections::HashSet<_> = errors.iter().map(KvError::error_type).collect();
         assert_eq!(labels.len(), errors.len());
-        assert_eq!(errors[1].to_string(), "out of KV blocks: need 3, 1 available");
+        assert_eq!(
+            errors[1].to_string(),
+            "out of KV blocks: need 3, 1 available"
+        );
         assert!(errors[2].to_string().contains("block 9"));
         assert!(errors[8].to_string().contains("request 7"));
     }

@@ -42,15 +42,34 @@ struct Live {
 
 #[derive(Debug, Clone)]
 enum Op {
-    Admit { rid: u64, seq: Vec<u32>, prompt_len: usize },
+    Admit {
+        rid: u64,
+        seq: Vec<u32>,
+        prompt_len: usize,
+    },
     /// Reserve up to `computed + extra` positions (capped at the sequence).
-    Reserve { rid: u64, extra: usize },
+    Reserve {
+        rid: u64,
+        extra: usize,
+    },
     /// Write KV for up to `extra` more positions within the reservation.
-    Compute { rid: u64, extra: usize },
-    Release { rid: u64 },
-    Free { rid: u64 },
-    Evict { n: usize },
-    Pause { rid: u64, until: u64 },
+    Compute {
+        rid: u64,
+        extra: usize,
+    },
+    Release {
+        rid: u64,
+    },
+    Free {
+        rid: u64,
+    },
+    Evict {
+        n: usize,
+    },
+    Pause {
+        rid: u64,
+        until: u64,
+    },
 }
 
 /// Everything an operation that fails must leave unchanged.
@@ -84,7 +103,11 @@ impl Sim {
             free: self.kv.num_free_blocks(),
             evictable: self.kv.num_evictable_blocks(),
             cached: self.kv.num_cached_blocks(),
-            tables: self.live.keys().map(|&rid| (rid, self.kv.block_table(rid).unwrap().blocks().to_vec())).collect(),
+            tables: self
+                .live
+                .keys()
+                .map(|&rid| (rid, self.kv.block_table(rid).unwrap().blocks().to_vec()))
+                .collect(),
         }
     }
 
@@ -98,16 +121,27 @@ impl Sim {
     /// Asserts that the KV of positions `0..end` of `rid` is `live`'s.
     fn assert_content(&self, rid: u64, live: &Live, end: usize) {
         for (p, slot) in self.slots(rid, 0, end).into_iter().enumerate() {
-            assert_eq!(self.content[slot as usize], Some(live.fingerprints[p]), "request {rid} position {p} slot {slot} lost its KV");
+            assert_eq!(
+                self.content[slot as usize],
+                Some(live.fingerprints[p]),
+                "request {rid} position {p} slot {slot} lost its KV"
+            );
         }
     }
 
     fn apply(&mut self, op: &Op) {
         let before = self.snapshot();
         match *op {
-            Op::Admit { rid, ref seq, prompt_len } => {
+            Op::Admit {
+                rid,
+                ref seq,
+                prompt_len,
+            } => {
                 if self.live.contains_key(&rid) {
-                    assert_eq!(self.kv.admit(rid, &seq[..prompt_len]).unwrap_err(), KvError::DuplicateRequest { rid });
+                    assert_eq!(
+                        self.kv.admit(rid, &seq[..prompt_len]).unwrap_err(),
+                        KvError::DuplicateRequest { rid }
+                    );
                     assert_eq!(self.snapshot(), before);
                     return;
                 }
@@ -116,12 +150,20 @@ impl Sim {
                 assert_eq!(cached % bs, 0);
                 assert!(cached < prompt_len, "the whole prompt was reused");
                 assert_eq!(self.kv.block_table(rid).unwrap().num_positions(), cached);
-                let live = Live { seq: seq.clone(), fingerprints: prefix_fingerprints(seq), computed: cached, paused_until: 0 };
+                let live = Live {
+                    seq: seq.clone(),
+                    fingerprints: prefix_fingerprints(seq),
+                    computed: cached,
+                    paused_until: 0,
+                };
                 self.assert_content(rid, &live, cached);
                 self.live.insert(rid, live);
             }
             Op::Reserve { rid, extra } => {
-                let target = self.live.get(&rid).map_or(extra, |l| (l.computed + extra).min(l.seq.len()));
+                let target = self
+                    .live
+                    .get(&rid)
+                    .map_or(extra, |l| (l.computed + extra).min(l.seq.len()));
                 let needed = self.kv.blocks_needed(rid, target);
                 let predicted = self.kv.can_reserve(rid, target);
                 match self.kv.reserve(rid, target) {
@@ -129,14 +171,24 @@ impl Sim {
                         assert!(predicted);
                         let table = self.kv.block_table(rid).unwrap().blocks().to_vec();
                         let old = &before.tables[&rid];
-                        assert_eq!(&table[..old.len()], &old[..], "reserve changed existing blocks");
+                        assert_eq!(
+                            &table[..old.len()],
+                            &old[..],
+                            "reserve changed existing blocks"
+                        );
                         assert_eq!(table.len(), old.len() + needed);
                         assert!(table.len() * self.kv.block_size() >= target);
                     }
                     Err(e) => {
                         if self.live.contains_key(&rid) {
                             assert!(!predicted);
-                            assert_eq!(e, KvError::OutOfBlocks { needed, available: before.free + before.evictable });
+                            assert_eq!(
+                                e,
+                                KvError::OutOfBlocks {
+                                    needed,
+                                    available: before.free + before.evictable
+                                }
+                            );
                         } else {
                             assert_eq!(e, KvError::UnknownRequest { rid });
                         }
@@ -145,11 +197,19 @@ impl Sim {
                 }
             }
             Op::Compute { rid, extra } => {
-                let Some(live) = self.live.get(&rid) else { return };
+                let Some(live) = self.live.get(&rid) else {
+                    return;
+                };
                 let reserved = self.kv.block_table(rid).unwrap().num_positions();
                 assert_eq!(
-                    self.kv.slots(rid, 0, reserved + 1, &mut Vec::new()).unwrap_err(),
-                    KvError::NotReserved { rid, end: reserved + 1, reserved }
+                    self.kv
+                        .slots(rid, 0, reserved + 1, &mut Vec::new())
+                        .unwrap_err(),
+                    KvError::NotReserved {
+                        rid,
+                        end: reserved + 1,
+                        reserved
+                    }
                 );
                 let start = live.computed;
                 let end = (start + extra).min(reserved).min(live.seq.len());
@@ -161,7 +221,9 @@ impl Sim {
             }
             Op::Release { rid } | Op::Free { rid } => {
                 let result = match (op, self.live.get(&rid)) {
-                    (Op::Release { .. }, Some(live)) => self.kv.release(rid, &live.seq[..live.computed]),
+                    (Op::Release { .. }, Some(live)) => {
+                        self.kv.release(rid, &live.seq[..live.computed])
+                    }
                     (Op::Release { .. }, None) => self.kv.release(rid, &[1]),
                     _ => self.kv.free(rid),
                 };
@@ -178,7 +240,10 @@ impl Sim {
                 assert_eq!(freed, n.min(before.evictable));
                 let after = self.snapshot();
                 assert_eq!(after.free, before.free + freed);
-                assert_eq!(after.tables, before.tables, "eviction touched a request's blocks");
+                assert_eq!(
+                    after.tables, before.tables,
+                    "eviction touched a request's blocks"
+                );
             }
             Op::Pause { rid, until } => {
                 if let Some(live) = self.live.get_mut(&rid) {
@@ -198,7 +263,10 @@ impl Sim {
         }
         let usage = self.kv.usage();
         assert!((0.0..=1.0).contains(&usage));
-        assert_eq!(self.kv.num_available_blocks(), self.kv.num_free_blocks() + self.kv.num_evictable_blocks());
+        assert_eq!(
+            self.kv.num_available_blocks(),
+            self.kv.num_free_blocks() + self.kv.num_evictable_blocks()
+        );
         // The evictable count is exactly what full eviction frees.
         let mut evicted = self.kv.clone();
         assert_eq!(evicted.evict_all().unwrap(), self.kv.num_evictable_blocks());
@@ -211,7 +279,11 @@ impl Sim {
         let mut sim = self.clone();
         let rids: Vec<u64> = sim.live.keys().copied().collect();
         for (i, rid) in rids.into_iter().enumerate() {
-            sim.apply(&if i % 2 == 0 { Op::Release { rid } } else { Op::Free { rid } });
+            sim.apply(&if i % 2 == 0 {
+                Op::Release { rid }
+            } else {
+                Op::Free { rid }
+            });
         }
         sim.kv.evict_all().unwrap();
         sim.kv.check_consistency().unwrap();
@@ -223,9 +295,20 @@ impl Sim {
 
 /// Draws the next operation: mostly work on runnable requests, sometimes
 /// a pause, an eviction, or an operation on an unknown request.
-fn random_op(sim: &Sim, rng: &mut ChaCha8Rng, step: u64, next_rid: &mut u64, families: &[Vec<u32>]) -> Op {
+fn random_op(
+    sim: &Sim,
+    rng: &mut ChaCha8Rng,
+    step: u64,
+    next_rid: &mut u64,
+    families: &[Vec<u32>],
+) -> Op {
     let bs = sim.kv.block_size();
-    let runnable: Vec<u64> = sim.live.iter().filter(|(_, l)| l.paused_until <= step).map(|(&r, _)| r).collect();
+    let runnable: Vec<u64> = sim
+        .live
+        .iter()
+        .filter(|(_, l)| l.paused_until <= step)
+        .map(|(&r, _)| r)
+        .collect();
     let roll = rng.random_range(0..100);
     if roll < 3 {
         let rid = *next_rid + 1000;
@@ -236,7 +319,9 @@ fn random_op(sim: &Sim, rng: &mut ChaCha8Rng, step: u64, next_rid: &mut u64, fam
         };
     }
     if roll < 8 {
-        return Op::Evict { n: rng.random_range(0..4) };
+        return Op::Evict {
+            n: rng.random_range(0..4),
+        };
     }
     if runnable.is_empty() || (roll < 28 && sim.live.len() < 12) {
         // Shared prefixes: a family prefix, then a tail from a tiny alphabet
@@ -249,25 +334,47 @@ fn random_op(sim: &Sim, rng: &mut ChaCha8Rng, step: u64, next_rid: &mut u64, fam
         *next_rid += 1;
         if rng.random_range(0..50) == 0 {
             if let Some(&rid) = sim.live.keys().next() {
-                return Op::Admit { rid, seq, prompt_len };
+                return Op::Admit {
+                    rid,
+                    seq,
+                    prompt_len,
+                };
             }
         }
-        return Op::Admit { rid: *next_rid, seq, prompt_len };
+        return Op::Admit {
+            rid: *next_rid,
+            seq,
+            prompt_len,
+        };
     }
     let rid = runnable[rng.random_range(0..runnable.len())];
     match roll {
-        28..=55 => Op::Reserve { rid, extra: rng.random_range(0..=3 * bs) },
-        56..=85 => Op::Compute { rid, extra: rng.random_range(1..=2 * bs) },
+        28..=55 => Op::Reserve {
+            rid,
+            extra: rng.random_range(0..=3 * bs),
+        },
+        56..=85 => Op::Compute {
+            rid,
+            extra: rng.random_range(1..=2 * bs),
+        },
         86..=91 => Op::Release { rid },
         92..=94 => Op::Free { rid },
-        _ => Op::Pause { rid, until: step + rng.random_range(50..500) },
+        _ => Op::Pause {
+            rid,
+            until: step + rng.random_range(50..500),
+        },
     }
 }
 
 fn random_walk(seed: u64, num_blocks: usize, block_size: usize, steps: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let families: Vec<Vec<u32>> =
-        (0..4).map(|_| (0..12 * block_size).map(|_| rng.random_range(100..50_000)).collect()).collect();
+    let families: Vec<Vec<u32>> = (0..4)
+        .map(|_| {
+            (0..12 * block_size)
+                .map(|_| rng.random_range(100..50_000))
+                .collect()
+        })
+        .collect();
     let mut sim = Sim::new(num_blocks, block_size);
     let mut next_rid = 0;
     let mut reused_while_paused = false;
@@ -275,7 +382,10 @@ fn random_walk(seed: u64, num_blocks: usize, block_size: usize, steps: u64) {
         let op = random_op(&sim, &mut rng, step, &mut next_rid, &families);
         sim.apply(&op);
         sim.check();
-        reused_while_paused |= sim.live.values().any(|l| l.paused_until > step && l.computed > 0);
+        reused_while_paused |= sim
+            .live
+            .values()
+            .any(|l| l.paused_until > step && l.computed > 0);
         if step % 1000 == 0 {
             sim.assert_teardown_frees_everything();
         }
@@ -283,8 +393,14 @@ fn random_walk(seed: u64, num_blocks: usize, block_size: usize, steps: u64) {
     sim.assert_teardown_frees_everything();
     // The walk must have exercised what it claims to.
     let stats = sim.kv.prefix_cache_stats();
-    assert!(stats.hit_tokens > 0, "seed {seed}: no prefix was ever reused");
-    assert!(reused_while_paused, "seed {seed}: no request was paused with KV");
+    assert!(
+        stats.hit_tokens > 0,
+        "seed {seed}: no prefix was ever reused"
+    );
+    assert!(
+        reused_while_paused,
+        "seed {seed}: no request was paused with KV"
+    );
 }
 
 #[test]
@@ -326,16 +442,38 @@ fn exhaustive_short_sequences_never_leak() {
     let other = vec![9, 9, 9, 9, 9, 9];
     let mut alphabet: Vec<Vec<Op>> = vec![vec![Op::Evict { n: 1 }]];
     for rid in [1, 2] {
-        alphabet.push(vec![Op::Admit { rid, seq: long.clone(), prompt_len: 3 }]);
+        alphabet.push(vec![Op::Admit {
+            rid,
+            seq: long.clone(),
+            prompt_len: 3,
+        }]);
         // A prompt of whole blocks, all cached after `long` ran: the last
         // block must still be computed.
-        alphabet.push(vec![Op::Admit { rid, seq: long.clone(), prompt_len: 4 }]);
-        alphabet.push(vec![Op::Admit { rid, seq: branch.clone(), prompt_len: 5 }]);
+        alphabet.push(vec![Op::Admit {
+            rid,
+            seq: long.clone(),
+            prompt_len: 4,
+        }]);
+        alphabet.push(vec![Op::Admit {
+            rid,
+            seq: branch.clone(),
+            prompt_len: 5,
+        }]);
         // Shares nothing, so growing it must evict under pressure.
-        alphabet.push(vec![Op::Admit { rid, seq: other.clone(), prompt_len: 3 }]);
+        alphabet.push(vec![Op::Admit {
+            rid,
+            seq: other.clone(),
+            prompt_len: 3,
+        }]);
         // Grow: reserve then write, as a decode or prefill step does.
-        alphabet.push(vec![Op::Reserve { rid, extra: 1 }, Op::Compute { rid, extra: 1 }]);
-        alphabet.push(vec![Op::Reserve { rid, extra: 5 }, Op::Compute { rid, extra: 5 }]);
+        alphabet.push(vec![
+            Op::Reserve { rid, extra: 1 },
+            Op::Compute { rid, extra: 1 },
+        ]);
+        alphabet.push(vec![
+            Op::Reserve { rid, extra: 5 },
+            Op::Compute { rid, extra: 5 },
+        ]);
         // Reserved but not yet written.
         alphabet.push(vec![Op::Reserve { rid, extra: 3 }]);
         alphabet.push(vec![Op::Release { rid }]);
@@ -362,7 +500,8 @@ fn exhaustive_short_sequences_never_leak() {
             for op in step {
                 let cached = next.kv.num_cached_blocks();
                 next.apply(op);
-                seen.evicted_on_reserve |= matches!(op, Op::Reserve { .. }) && next.kv.num_cached_blocks() < cached;
+                seen.evicted_on_reserve |=
+                    matches!(op, Op::Reserve { .. }) && next.kv.num_cached_blocks() < cached;
             }
             explore(&next, alphabet, depth - 1, seen);
         }

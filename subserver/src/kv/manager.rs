@@ -25,7 +25,11 @@ pub struct KvManager {
 
 impl KvManager {
     /// A pool of `num_blocks` blocks of `block_size` slots, all free.
-    pub fn new(num_blocks: usize, block_size: usize, enable_prefix_cache: bool) -> Result<Self, KvError> {
+    pub fn new(
+        num_blocks: usize,
+        block_size: usize,
+        enable_prefix_cache: bool,
+    ) -> Result<Self, KvError> {
         Ok(Self {
             allocator: BlockAllocator::new(num_blocks, block_size)?,
             cache: enable_prefix_cache.then(|| PrefixCache::new(block_size)),
@@ -76,7 +80,12 @@ impl KvManager {
             table.extend(hit);
         }
         let shared = table.num_blocks();
-        tracing::debug!(rid, prompt_tokens = prompt.len(), cached_tokens = shared * block_size, "kv admit");
+        tracing::debug!(
+            rid,
+            prompt_tokens = prompt.len(),
+            cached_tokens = shared * block_size,
+            "kv admit"
+        );
         self.requests.insert(rid, RequestKv { table, shared });
         Ok(shared * block_size)
     }
@@ -85,7 +94,9 @@ impl KvManager {
     /// an unknown rid, the blocks a fresh request would need.
     pub fn blocks_needed(&self, rid: u64, num_positions: usize) -> usize {
         let have = self.requests.get(&rid).map_or(0, |r| r.table.num_blocks());
-        num_positions.div_ceil(self.block_size()).saturating_sub(have)
+        num_positions
+            .div_ceil(self.block_size())
+            .saturating_sub(have)
     }
 
     /// Whether [`Self::reserve`] would succeed now.
@@ -124,7 +135,13 @@ impl KvManager {
     }
 
     /// Appends to `out` the slot indices of `rid`'s positions `start..end`.
-    pub fn slots(&self, rid: u64, start: usize, end: usize, out: &mut Vec<i64>) -> Result<(), KvError> {
+    pub fn slots(
+        &self,
+        rid: u64,
+        start: usize,
+        end: usize,
+        out: &mut Vec<i64>,
+    ) -> Result<(), KvError> {
         let table = self.block_table(rid)?;
         if start > end {
             return Err(KvError::InvalidRange { rid, start, end });
@@ -135,14 +152,21 @@ impl KvManager {
         }
         out.reserve(end - start);
         for pos in start..end {
-            out.push(table.slot(pos).ok_or(KvError::NotReserved { rid, end, reserved })?);
+            out.push(
+                table
+                    .slot(pos)
+                    .ok_or(KvError::NotReserved { rid, end, reserved })?,
+            );
         }
         Ok(())
     }
 
     /// `rid`'s block table.
     pub fn block_table(&self, rid: u64) -> Result<&BlockTable, KvError> {
-        self.requests.get(&rid).map(|r| &r.table).ok_or(KvError::UnknownRequest { rid })
+        self.requests
+            .get(&rid)
+            .map(|r| &r.table)
+            .ok_or(KvError::UnknownRequest { rid })
     }
 
     /// `rid` finished normally: the full blocks whose KV is written
@@ -152,21 +176,37 @@ impl KvManager {
     /// cached prefix the request was admitted with) nothing changed; the
     /// caller may still [`Self::free`] it.
     pub fn release(&mut self, rid: u64, computed_tokens: &[u32]) -> Result<(), KvError> {
-        let request = self.requests.get(&rid).ok_or(KvError::UnknownRequest { rid })?;
+        let request = self
+            .requests
+            .get(&rid)
+            .ok_or(KvError::UnknownRequest { rid })?;
         let reserved = request.table.num_positions();
         if computed_tokens.len() > reserved {
-            return Err(KvError::NotReserved { rid, end: computed_tokens.len(), reserved });
+            return Err(KvError::NotReserved {
+                rid,
+                end: computed_tokens.len(),
+                reserved,
+            });
         }
         if let Some(cache) = &mut self.cache {
-            let cached = cache.insert(computed_tokens, request.table.blocks(), &mut self.allocator)?;
-            tracing::debug!(rid, computed = computed_tokens.len(), newly_cached = cached, "kv release");
+            let cached =
+                cache.insert(computed_tokens, request.table.blocks(), &mut self.allocator)?;
+            tracing::debug!(
+                rid,
+                computed = computed_tokens.len(),
+                newly_cached = cached,
+                "kv release"
+            );
         }
         self.free(rid)
     }
 
     /// Drops `rid`'s blocks without caching them (cancel, preemption).
     pub fn free(&mut self, rid: u64) -> Result<(), KvError> {
-        let request = self.requests.remove(&rid).ok_or(KvError::UnknownRequest { rid })?;
+        let request = self
+            .requests
+            .remove(&rid)
+            .ok_or(KvError::UnknownRequest { rid })?;
         // Release every block even if one fails, then report the first
         // failure: stopping halfway would leak the rest.
         let mut first_error = None;
@@ -231,7 +271,10 @@ impl KvManager {
 
     /// Prefix cache lookup counters (zero when caching is off).
     pub fn prefix_cache_stats(&self) -> PrefixCacheStats {
-        self.cache.as_ref().map(PrefixCache::stats).unwrap_or_default()
+        self.cache
+            .as_ref()
+            .map(PrefixCache::stats)
+            .unwrap_or_default()
     }
 
     /// Checks every invariant: each block's count equals the tables that
@@ -244,7 +287,9 @@ impl KvManager {
         self.allocator.check_consistency()?;
         match &self.cache {
             Some(cache) => cache.check_consistency(&self.allocator)?,
-            None if self.allocator.num_cached() > 0 => return fail("blocks cached with caching off".into()),
+            None if self.allocator.num_cached() > 0 => {
+                return fail("blocks cached with caching off".into())
+            }
             None => {}
         }
         let num_blocks = self.num_blocks();
@@ -264,7 +309,9 @@ impl KvManager {
                         return fail(format!("request {rid} own block {block} is cached"));
                     }
                     if let Some(other) = owner[b].replace(rid) {
-                        return fail(format!("block {block} is owned by requests {other} and {rid}"));
+                        return fail(format!(
+                            "block {block} is owned by requests {other} and {rid}"
+                        ));
                     }
                 }
             }
@@ -274,7 +321,9 @@ impl KvManager {
             let expected = count + u32::from(self.allocator.is_cached(block)?);
             let actual = self.allocator.ref_count(block)?;
             if expected != actual {
-                return fail(format!("block {block} has count {actual}, holders say {expected}"));
+                return fail(format!(
+                    "block {block} has count {actual}, holders say {expected}"
+                ));
             }
         }
         Ok(())
@@ -298,16 +347,28 @@ mod tests {
 
     #[test]
     fn rejects_bad_geometry() {
-        assert_eq!(KvManager::new(0, 16, true).unwrap_err().error_type(), "invalid_config");
-        assert_eq!(KvManager::new(8, 0, false).unwrap_err().error_type(), "invalid_config");
+        assert_eq!(
+            KvManager::new(0, 16, true).unwrap_err().error_type(),
+            "invalid_config"
+        );
+        assert_eq!(
+            KvManager::new(8, 0, false).unwrap_err().error_type(),
+            "invalid_config"
+        );
     }
 
     #[test]
     fn admit_reserve_slots_free_without_cache() {
         let mut kv = KvManager::new(4, 4, false).unwrap();
         assert_eq!(kv.admit(1, &[1, 2, 3, 4, 5]).unwrap(), 0);
-        assert_eq!(kv.admit(1, &[1]).unwrap_err(), KvError::DuplicateRequest { rid: 1 });
-        assert_eq!(kv.admit(2, &[]).unwrap_err(), KvError::EmptyPrompt { rid: 2 });
+        assert_eq!(
+            kv.admit(1, &[1]).unwrap_err(),
+            KvError::DuplicateRequest { rid: 1 }
+        );
+        assert_eq!(
+            kv.admit(2, &[]).unwrap_err(),
+            KvError::EmptyPrompt { rid: 2 }
+        );
         assert_eq!(kv.blocks_needed(1, 5), 2);
         assert_eq!(kv.blocks_needed(99, 5), 2);
         kv.reserve(1, 5).unwrap();
@@ -318,10 +379,31 @@ mod tests {
         kv.slots(1, 3, 6, &mut slots).unwrap();
         let t = kv.block_table(1).unwrap().blocks().to_vec();
         let bs = 4;
-        assert_eq!(slots, [-1, t[0] as i64 * bs + 3, t[1] as i64 * bs, t[1] as i64 * bs + 1]);
-        assert_eq!(kv.slots(1, 6, 9, &mut slots).unwrap_err(), KvError::NotReserved { rid: 1, end: 9, reserved: 8 });
-        assert_eq!(kv.slots(1, 4, 3, &mut slots).unwrap_err().error_type(), "invalid_range");
-        assert_eq!(kv.slots(5, 0, 1, &mut slots).unwrap_err(), KvError::UnknownRequest { rid: 5 });
+        assert_eq!(
+            slots,
+            [
+                -1,
+                t[0] as i64 * bs + 3,
+                t[1] as i64 * bs,
+                t[1] as i64 * bs + 1
+            ]
+        );
+        assert_eq!(
+            kv.slots(1, 6, 9, &mut slots).unwrap_err(),
+            KvError::NotReserved {
+                rid: 1,
+                end: 9,
+                reserved: 8
+            }
+        );
+        assert_eq!(
+            kv.slots(1, 4, 3, &mut slots).unwrap_err().error_type(),
+            "invalid_range"
+        );
+        assert_eq!(
+            kv.slots(5, 0, 1, &mut slots).unwrap_err(),
+            KvError::UnknownRequest { rid: 5 }
+        );
         kv.release(1, &[1, 2, 3, 4, 5]).unwrap();
         assert_eq!(kv.num_free_blocks(), 4);
         assert_eq!(kv.num_cached_blocks(), 0);
@@ -338,14 +420,23 @@ mod tests {
         kv.reserve(1, 4).unwrap();
         kv.admit(2, &[7]).unwrap();
         assert!(!kv.can_reserve(2, 6));
-        assert_eq!(kv.reserve(2, 6).unwrap_err(), KvError::OutOfBlocks { needed: 3, available: 2 });
+        assert_eq!(
+            kv.reserve(2, 6).unwrap_err(),
+            KvError::OutOfBlocks {
+                needed: 3,
+                available: 2
+            }
+        );
         assert_eq!(kv.block_table(2).unwrap().num_blocks(), 0);
         assert_eq!(kv.num_free_blocks(), 2);
         assert!(kv.can_reserve(2, 4));
         kv.reserve(2, 4).unwrap();
         assert_eq!(kv.num_free_blocks(), 0);
         assert_eq!(kv.usage(), 1.0);
-        assert_eq!(kv.reserve(7, 1).unwrap_err(), KvError::UnknownRequest { rid: 7 });
+        assert_eq!(
+            kv.reserve(7, 1).unwrap_err(),
+            KvError::UnknownRequest { rid: 7 }
+        );
         kv.check_consistency().unwrap();
     }
 
@@ -373,7 +464,10 @@ mod tests {
         assert_eq!(kv.admit(4, &[10, 11, 12, 13, 14, 15, 16]).unwrap(), 6);
         assert_eq!(kv.admit(5, &[10]).unwrap(), 0);
         let stats = kv.prefix_cache_stats();
-        assert_eq!((stats.queries, stats.query_tokens, stats.hit_tokens), (5, 5 + 5 + 4 + 7 + 1, 4 + 2 + 6));
+        assert_eq!(
+            (stats.queries, stats.query_tokens, stats.hit_tokens),
+            (5, 5 + 5 + 4 + 7 + 1, 4 + 2 + 6)
+        );
         kv.check_consistency().unwrap();
 
         // Freeing readers leaves the cache intact; evicting empties it.
@@ -401,7 +495,13 @@ mod tests {
         // evictable leaf, but not request 2's.
         kv.admit(3, &[5, 5, 5, 5]).unwrap();
         assert_eq!(kv.num_available_blocks(), 2);
-        assert_eq!(kv.reserve(3, 6).unwrap_err(), KvError::OutOfBlocks { needed: 3, available: 2 });
+        assert_eq!(
+            kv.reserve(3, 6).unwrap_err(),
+            KvError::OutOfBlocks {
+                needed: 3,
+                available: 2
+            }
+        );
         assert_eq!(kv.num_cached_blocks(), 2);
         kv.reserve(3, 4).unwrap();
         assert_eq!(kv.num_cached_blocks(), 1);
@@ -423,10 +523,20 @@ mod tests {
         assert_eq!(kv.admit(2, &[1, 2, 3]).unwrap(), 2);
         kv.reserve(2, 3).unwrap();
         let err = kv.release(2, &[1, 2, 3, 4, 5]).unwrap_err();
-        assert_eq!(err, KvError::NotReserved { rid: 2, end: 5, reserved: 4 });
+        assert_eq!(
+            err,
+            KvError::NotReserved {
+                rid: 2,
+                end: 5,
+                reserved: 4
+            }
+        );
         // Tokens that contradict the reused prefix cannot be cached.
         let shared = kv.block_table(2).unwrap().blocks()[0];
-        assert_eq!(kv.release(2, &[7, 7, 3]).unwrap_err(), KvError::BlockAlreadyCached { block: shared });
+        assert_eq!(
+            kv.release(2, &[7, 7, 3]).unwrap_err(),
+            KvError::BlockAlreadyCached { block: shared }
+        );
         assert!(kv.contains(2));
         kv.check_consistency().unwrap();
         kv.free(2).unwrap();

@@ -13,21 +13,22 @@
 //! plus one while the prefix cache holds it.
 //!
 //! ```text
-//!            allocate (reserve)                release / free
-//!   FREE ───────────────────────▶ OWNED ─────────────────────────▶ FREE
-//!    ▲                              │ release(rid, computed): full, computed
-//!    │                              ▼ block inserted into the prefix cache
-//!    │   evict (LRU leaf,        CACHED ◀──────────────┐
-//!    └────── count 1) ────────  (evictable, count 1)   │ last reader
-//!                                   │ admit of a       │ released / freed
-//!                                   ▼ matching prompt  │
-//!                                SHARED (pinned, count ≥ 2)
+//!                 reserve                    free(rid) / release(rid, ..) of an
+//!   ┌──────┐    (allocate)    ┌───────┐      uncomputed, partial or duplicate block
+//!   │ FREE │ ───────────────▶ │ OWNED │ ─────────────────────────────────────────▶ FREE
+//!   └──────┘                  └───────┘
+//!      ▲                          │ release(rid, computed): full computed block
+//!      │                          ▼ enters the radix tree, the request lets go
+//!      │   evict (LRU leaf)  ┌──────────────────┐  admit of a prompt   ┌────────────────┐
+//!      └──────────────────── │ CACHED/evictable │ ───────────────────▶ │ SHARED/pinned  │
+//!                            │    (count 1)     │ ◀─────────────────── │  (count >= 2)  │
+//!                            └──────────────────┘  last reader ends    └────────────────┘
 //! ```
 //!
 //! - **free**: count 0, on the free list.
 //! - **owned**: one request's table holds it; only that request writes it.
 //! - **cached (evictable)**: only the prefix cache holds it; its KV is that
-//!   of a full block of some prompt prefix. Counts as available memory.
+//!   of one full block of some token prefix. Counts as available memory.
 //! - **shared (pinned)**: cached and read by at least one live request.
 //!   Never evicted, however long that request stays paused at a peer.
 //!

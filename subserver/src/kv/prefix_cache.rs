@@ -125,7 +125,9 @@ impl PrefixCache {
         for key in tokens.chunks_exact(self.block_size).take(max_blocks) {
             // A dead link cannot happen (see `node`); stopping there reuses
             // less KV, which is always safe.
-            let Some(&id) = self.children(parent).ok().and_then(|c| c.get(key)) else { break };
+            let Some(&id) = self.children(parent).ok().and_then(|c| c.get(key)) else {
+                break;
+            };
             let now = self.clock;
             let Ok(node) = self.node_mut(id) else { break };
             node.last_access = now;
@@ -144,16 +146,27 @@ impl PrefixCache {
     /// is kept and the given one is left to its holder. Takes one reference
     /// per newly cached block and returns how many there were. All or
     /// nothing: on error nothing changed.
-    pub fn insert(&mut self, tokens: &[u32], blocks: &[BlockId], allocator: &mut BlockAllocator) -> Result<usize, KvError> {
+    pub fn insert(
+        &mut self,
+        tokens: &[u32],
+        blocks: &[BlockId],
+        allocator: &mut BlockAllocator,
+    ) -> Result<usize, KvError> {
         let full = tokens.len() / self.block_size;
         if blocks.len() < full {
-            return Err(KvError::TooFewBlocks { tokens: tokens.len(), needed: full, blocks: blocks.len() });
+            return Err(KvError::TooFewBlocks {
+                tokens: tokens.len(),
+                needed: full,
+                blocks: blocks.len(),
+            });
         }
         let keys: Vec<&[u32]> = tokens.chunks_exact(self.block_size).collect();
         let mut path = Vec::new();
         let mut parent = None;
         for key in &keys {
-            let Some(&id) = self.children(parent)?.get(*key) else { break };
+            let Some(&id) = self.children(parent)?.get(*key) else {
+                break;
+            };
             path.push(id);
             parent = Some(id);
         }
@@ -180,7 +193,11 @@ impl PrefixCache {
             parent = Some(id);
         }
         if !new_blocks.is_empty() {
-            tracing::trace!(new = new_blocks.len(), reused = path.len(), "prefix cache insert");
+            tracing::trace!(
+                new = new_blocks.len(),
+                reused = path.len(),
+                "prefix cache insert"
+            );
         }
         Ok(new_blocks.len())
     }
@@ -201,10 +218,14 @@ impl PrefixCache {
         }
         let mut freed = 0;
         while freed < n {
-            let Some(Reverse((_, id))) = candidates.pop() else { break };
+            let Some(Reverse((_, id))) = candidates.pop() else {
+                break;
+            };
             let block = self.node(id)?.block;
             if !allocator.release_cached(block)? {
-                return Err(KvError::Inconsistent { reason: format!("evicted block {block} is still held") });
+                return Err(KvError::Inconsistent {
+                    reason: format!("evicted block {block} is still held"),
+                });
             }
             freed += 1;
             if let Some(parent) = self.remove_leaf(id)? {
@@ -215,7 +236,12 @@ impl PrefixCache {
             }
         }
         if freed > 0 {
-            tracing::debug!(freed, asked = n, cached = self.num_cached_blocks(), "prefix cache eviction");
+            tracing::debug!(
+                freed,
+                asked = n,
+                cached = self.num_cached_blocks(),
+                "prefix cache eviction"
+            );
         }
         Ok(freed)
     }
@@ -241,7 +267,10 @@ impl PrefixCache {
                 return fail(format!("block {} is in two nodes", node.block));
             }
             if !allocator.is_cached(node.block)? {
-                return fail(format!("node {id} block {} is not marked cached", node.block));
+                return fail(format!(
+                    "node {id} block {} is not marked cached",
+                    node.block
+                ));
             }
             let parent_children = match node.parent {
                 None => &self.root_children,
@@ -249,7 +278,9 @@ impl PrefixCache {
                     Some(Some(parent)) => {
                         // Pinned nodes must be closed under "parent of", or
                         // the evictable count would overstate what evicts.
-                        if allocator.ref_count(node.block)? > 1 && allocator.ref_count(parent.block)? == 1 {
+                        if allocator.ref_count(node.block)? > 1
+                            && allocator.ref_count(parent.block)? == 1
+                        {
                             return fail(format!("node {id} is pinned but its parent {p} is not"));
                         }
                         &parent.children
@@ -265,9 +296,16 @@ impl PrefixCache {
             }
         }
         if count != allocator.num_cached() {
-            return fail(format!("{count} nodes but {} blocks marked cached", allocator.num_cached()));
+            return fail(format!(
+                "{count} nodes but {} blocks marked cached",
+                allocator.num_cached()
+            ));
         }
-        if self.leaves.iter().any(|&id| !matches!(self.nodes.get(id), Some(Some(_)))) {
+        if self
+            .leaves
+            .iter()
+            .any(|&id| !matches!(self.nodes.get(id), Some(Some(_))))
+        {
             return fail("leaf set holds a dead node".into());
         }
         Ok(())
@@ -290,17 +328,34 @@ impl PrefixCache {
     // Node ids come only from the tree's own links, so a dead id means the
     // tree itself is corrupt, never bad caller input.
     fn node(&self, id: NodeId) -> Result<&Node, KvError> {
-        self.nodes.get(id).and_then(Option::as_ref).ok_or_else(|| dead_link(id))
+        self.nodes
+            .get(id)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| dead_link(id))
     }
 
     fn node_mut(&mut self, id: NodeId) -> Result<&mut Node, KvError> {
-        self.nodes.get_mut(id).and_then(Option::as_mut).ok_or_else(|| dead_link(id))
+        self.nodes
+            .get_mut(id)
+            .and_then(Option::as_mut)
+            .ok_or_else(|| dead_link(id))
     }
 
-    fn add_node(&mut self, parent: Option<NodeId>, key: Vec<u32>, block: BlockId) -> Result<NodeId, KvError> {
+    fn add_node(
+        &mut self,
+        parent: Option<NodeId>,
+        key: Vec<u32>,
+        block: BlockId,
+    ) -> Result<NodeId, KvError> {
         // Check the parent before touching the arena.
         self.children(parent)?;
-        let node = Node { key: key.clone(), block, parent, children: Children::new(), last_access: self.clock };
+        let node = Node {
+            key: key.clone(),
+            block,
+            parent,
+            children: Children::new(),
+            last_access: self.clock,
+        };
         let id = match self.free_slots.pop() {
             Some(id) => {
                 self.nodes[id] = Some(node);
@@ -339,7 +394,9 @@ impl PrefixCache {
 }
 
 fn dead_link(id: NodeId) -> KvError {
-    KvError::Inconsistent { reason: format!("radix tree link to dead node {id}") }
+    KvError::Inconsistent {
+        reason: format!("radix tree link to dead node {id}"),
+    }
 }
 
 #[cfg(test)]
@@ -348,7 +405,9 @@ mod tests {
 
     /// A request that computed `tokens` into fresh blocks.
     fn computed(alloc: &mut BlockAllocator, tokens: &[u32]) -> Vec<BlockId> {
-        alloc.allocate_n(tokens.len().div_ceil(alloc.block_size())).unwrap()
+        alloc
+            .allocate_n(tokens.len().div_ceil(alloc.block_size()))
+            .unwrap()
     }
 
     fn drop_all(alloc: &mut BlockAllocator, blocks: &[BlockId]) {
@@ -376,7 +435,10 @@ mod tests {
         assert!(cache.match_prefix(&[2, 1, 3, 4]).is_empty());
         assert_eq!(cache.match_prefix_capped(&[1, 2, 3, 4], 3), blocks[..1]);
         let stats = cache.stats();
-        assert_eq!((stats.queries, stats.query_tokens, stats.hit_tokens), (5, 21, 10));
+        assert_eq!(
+            (stats.queries, stats.query_tokens, stats.hit_tokens),
+            (5, 21, 10)
+        );
         assert!((stats.hit_rate() - 10.0 / 21.0).abs() < 1e-12);
         cache.check_consistency(&alloc).unwrap();
     }
@@ -411,16 +473,30 @@ mod tests {
         cache.insert(&[1, 2, 3, 4], &a, &mut alloc).unwrap();
         let b = computed(&mut alloc, &[5, 6]);
         // a[1] already caches other tokens.
-        let err = cache.insert(&[5, 6, 7, 8], &[b[0], a[1]], &mut alloc).unwrap_err();
+        let err = cache
+            .insert(&[5, 6, 7, 8], &[b[0], a[1]], &mut alloc)
+            .unwrap_err();
         assert_eq!(err, KvError::BlockAlreadyCached { block: a[1] });
-        let err = cache.insert(&[5, 6, 7, 8], &[b[0], b[0]], &mut alloc).unwrap_err();
+        let err = cache
+            .insert(&[5, 6, 7, 8], &[b[0], b[0]], &mut alloc)
+            .unwrap_err();
         assert_eq!(err, KvError::BlockAlreadyCached { block: b[0] });
-        let err = cache.insert(&[5, 6, 7, 8], &[b[0]], &mut alloc).unwrap_err();
+        let err = cache
+            .insert(&[5, 6, 7, 8], &[b[0]], &mut alloc)
+            .unwrap_err();
         assert_eq!(err.error_type(), "too_few_blocks");
         let free_block = 7;
-        let err = cache.insert(&[5, 6, 7, 8], &[b[0], free_block], &mut alloc).unwrap_err();
+        let err = cache
+            .insert(&[5, 6, 7, 8], &[b[0], free_block], &mut alloc)
+            .unwrap_err();
         assert_eq!(err, KvError::BlockNotAllocated { block: free_block });
-        assert_eq!(cache.insert(&[5, 6], &[99], &mut alloc).unwrap_err().error_type(), "unknown_block");
+        assert_eq!(
+            cache
+                .insert(&[5, 6], &[99], &mut alloc)
+                .unwrap_err()
+                .error_type(),
+            "unknown_block"
+        );
         assert_eq!(cache.num_cached_blocks(), 2);
         assert!(!alloc.is_cached(b[0]).unwrap());
         cache.check_consistency(&alloc).unwrap();
