@@ -4,10 +4,11 @@
 
 pub mod assets;
 pub mod device;
-pub mod engine;
+//TEMP pub mod engine;
 pub mod error;
 pub mod kv;
 pub mod model;
+//TEMP pub mod peer;
 pub mod runner;
 pub mod sampling;
 pub mod tokenizer;

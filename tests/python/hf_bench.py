@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
     model.eval()
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size

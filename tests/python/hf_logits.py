@@ -39,7 +39,7 @@ def main() -> None:
         raise SystemExit(f"text has only {len(ids)} tokens, need {args.prompt_tokens}")
     ids = ids[: args.prompt_tokens]
     model = AutoModelForCausalLM.from_pretrained(
-        args.model_dir, torch_dtype=torch.float32, attn_implementation="eager"
+        args.model_dir, dtype=torch.float32, attn_implementation="eager"
     )
     model.eval()
     tokens, logits = [], []

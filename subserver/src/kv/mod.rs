@@ -43,6 +43,7 @@ mod block_allocator;
 mod block_table;
 mod error;
 mod manager;
+pub mod storage;
 mod prefix_cache;
 
 #[cfg(test)]

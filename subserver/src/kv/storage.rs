@@ -50,8 +50,8 @@ impl KvStorage {
 
     /// Writes `k`, `v` (`[T, kv_heads, head_dim]`) of `layer` at `slots` (`[T]`).
     pub fn write(&mut self, layer: usize, slots: &Tensor, k: &Tensor, v: &Tensor) -> Result<(), EngineError> {
-        self.keys[layer].f_index_copy_(0, slots, k)?;
-        self.values[layer].f_index_copy_(0, slots, v)?;
+        let _ = self.keys[layer].f_index_copy_(0, slots, k)?;
+        let _ = self.values[layer].f_index_copy_(0, slots, v)?;
         Ok(())
     }
 

@@ -221,14 +221,14 @@ impl ModelConfig {
                 return Err(format!("config.json: `{name}` must be positive"));
             }
         }
-        if self.num_attention_heads % self.kv_heads() != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             return Err(format!(
                 "config.json: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
                 self.num_attention_heads,
                 self.kv_heads()
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(format!("config.json: head_dim ({}) must be even for RoPE", self.head_dim()));
         }
         if self.hidden_act != "silu" {

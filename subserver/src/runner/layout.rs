@@ -2,7 +2,7 @@
 //! positions `start..start+k` of its own sequence; the decoder processes all
 //! `T = sum k` tokens as one matrix and pads only inside attention.
 
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 use crate::error::EngineError;
 

@@ -116,7 +116,7 @@ impl TchRunner {
         Ok(Self {
             decoder,
             storage,
-            kv: KvManager::new(blocks, opts.block_size, opts.enable_prefix_cache),
+            kv: KvManager::new(blocks, opts.block_size, opts.enable_prefix_cache)?,
             info,
         })
     }

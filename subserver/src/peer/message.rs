@@ -1,0 +1,88 @@
+//! What subservers say to each other. A request moves between models as
+//! `PeerReq`s; no KV ever travels, only token ids.
+
+use serde::{Deserialize, Serialize};
+
+use crate::sampling::SamplingParams;
+
+/// Index of a model in its group (0 = the entry model).
+pub type ModelIdx = u16;
+
+/// Request id, unique within a group.
+pub type Rid = u64;
+
+/// Facts a peer needs the first time it sees a request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RequestMeta {
+    /// Sampling parameters (the peer samples its tokens with them).
+    pub sampling: SamplingParams,
+    /// Seed for the peer's sampler (derived from the request's seed, so runs repeat).
+    pub seed: u64,
+}
+
+/// A hand-over of the pen: the receiver writes next.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerReq {
+    /// Request id.
+    pub rid: Rid,
+    /// Sender.
+    pub from: ModelIdx,
+    /// Receiver.
+    pub to: ModelIdx,
+    /// Position in the sequence of `tokens[0]`: the anchor up to which the
+    /// receiver already holds the sequence.
+    pub loc: u32,
+    /// The suffix the receiver has not seen, starting at `loc`.
+    pub tokens: Vec<u32>,
+    /// The sender has finished the request (EOS, stop, length): the receiver
+    /// only records the tokens and releases its state.
+    pub finished: bool,
+    /// Tokens the request may still write in total (its max_tokens budget left).
+    pub budget: u32,
+    /// Active requests in the group when sent (peers size delayed batching with it).
+    pub n_active: u32,
+    /// Present on the first hand-over of a request to this receiver.
+    pub meta: Option<RequestMeta>,
+}
+
+/// Every message between subservers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PeerMsg {
+    /// Hand the request to the receiver.
+    Req(PeerReq),
+    /// The request ended at its home (finished or cancelled): free all state for it.
+    Release {
+        /// Request id.
+        rid: Rid,
+        /// Sender.
+        from: ModelIdx,
+    },
+    /// The sender could not serve the request (error at the peer): the home
+    /// fails it or falls back to its own model.
+    Failed {
+        /// Request id.
+        rid: Rid,
+        /// Sender.
+        from: ModelIdx,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl PeerMsg {
+    /// The request this message concerns.
+    pub fn rid(&self) -> Rid {
+        match self {
+            Self::Req(r) => r.rid,
+            Self::Release { rid, .. } | Self::Failed { rid, .. } => *rid,
+        }
+    }
+
+    /// The sending model.
+    pub fn from(&self) -> ModelIdx {
+        match self {
+            Self::Req(r) => r.from,
+            Self::Release { from, .. } | Self::Failed { from, .. } => *from,
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! Peer protocol: the messages subservers exchange and the transports that
+//! carry them (in-process channels, TCP frames).
+
+pub mod message;
+pub mod transport;
