@@ -23,6 +23,8 @@ enum Command {
     DeriveEarlyExit(cli::assets::DeriveEarlyExitArgs),
     /// Write a random-weight checkpoint of a Qwen3 preset with the real Qwen3 tokenizer.
     GenRandom(cli::assets::GenRandomArgs),
+    /// Measure the routed runtime on the simulated backend (JSON for scripts).
+    SimBench(cli::sim_bench::SimBenchArgs),
     /// Pick delayed-batching thresholds with the Markov-chain model.
     Tune(operator::tuner::cli::TuneArgs),
 }
@@ -41,6 +43,7 @@ fn main() -> std::process::ExitCode {
         Command::ImportGguf(args) => cli::assets::run_import_gguf(args),
         Command::DeriveEarlyExit(args) => cli::assets::run_derive_early_exit(args),
         Command::GenRandom(args) => cli::assets::run_gen_random(args),
+        Command::SimBench(args) => cli::sim_bench::run(args),
         Command::Tune(args) => operator::tuner::cli::run(args).map_err(anyhow::Error::from),
     };
     match result {

@@ -2,3 +2,4 @@
 
 pub mod assets;
 pub mod generate;
+pub mod sim_bench;

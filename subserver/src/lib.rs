@@ -3,13 +3,16 @@
 //! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
 
 pub mod assets;
+pub mod bench;
 pub mod device;
 //TEMP pub mod engine;
 pub mod error;
 pub mod kv;
 pub mod model;
 //TEMP pub mod peer;
+//TEMP pub mod policy;
 pub mod runner;
+pub mod scheduler;
 pub mod sampling;
 pub mod tokenizer;
 

@@ -4,6 +4,7 @@
 
 pub mod layout;
 pub mod memory;
+pub mod sim;
 pub mod tch_runner;
 #[doc(hidden)]
 pub mod testing;
@@ -41,15 +42,20 @@ impl StepBatch {
 /// What a forward returns, one row per batch item, in batch order.
 pub struct StepOutput {
     /// Logits of each item's last new position, `[B, V]`, f32, on the runner's device.
-    pub logits: Tensor,
+    pub logits: Option<Tensor>,
     /// Final hidden state (after the last norm) of the same positions, `[B, H]`.
-    pub hidden: Tensor,
+    pub hidden: Option<Tensor>,
+    /// Tokens the backend chose itself (the simulated backend has no logits).
+    pub tokens: Option<Vec<u32>>,
 }
 
 impl StepOutput {
     /// Copies the logits to host memory as one row per item.
     pub fn logits_rows(&self) -> Result<Vec<Vec<f32>>, EngineError> {
-        let cpu = self.logits.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?;
+        let logits = self.logits.as_ref().ok_or_else(|| {
+            EngineError::InvalidRequest("this backend returns no logits".into())
+        })?;
+        let cpu = logits.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?;
         let size = cpu.size();
         let (b, v) = (size[0] as usize, size[1] as usize);
         let flat: Vec<f32> = Vec::<f32>::try_from(&cpu.f_flatten(0, -1)?)?;
@@ -87,4 +93,19 @@ pub trait ModelRunner: Send {
     fn kv(&mut self) -> &mut KvManager;
     /// Read-only view of the KV bookkeeping.
     fn kv_ref(&self) -> &KvManager;
+}
+
+impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
+    fn info(&self) -> &RunnerInfo {
+        (**self).info()
+    }
+    fn forward(&mut self, batch: &StepBatch) -> Result<StepOutput, EngineError> {
+        (**self).forward(batch)
+    }
+    fn kv(&mut self) -> &mut KvManager {
+        (**self).kv()
+    }
+    fn kv_ref(&self) -> &KvManager {
+        (**self).kv_ref()
+    }
 }

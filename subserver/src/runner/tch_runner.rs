@@ -155,7 +155,7 @@ impl ModelRunner for TchRunner {
             .collect();
         let layout = BatchLayout::build(&items, self.decoder.device())?;
         let (logits, hidden) = self.decoder.forward(&layout, &mut self.storage)?;
-        Ok(StepOutput { logits, hidden })
+        Ok(StepOutput { logits: Some(logits), hidden: Some(hidden), tokens: None })
     }
 
     fn kv(&mut self) -> &mut KvManager {

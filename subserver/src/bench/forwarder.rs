@@ -1,0 +1,75 @@
+//! The Std. Serving baseline (the paper's fair baseline): one ordinary
+//! single-model server per model, no peer protocol and no pending state, and
+//! an external forwarder that asks for ONE token per call. Every call is a new
+//! request (the servers reuse KV through their prefix caches); after each
+//! token the same routing rule as TokenRouter's picks the next writer.
+
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::policy::draw::uniform;
+use crate::sampling::SamplingParams;
+use crate::scheduler::client::{RequestError, StreamEvent};
+use crate::scheduler::group::Group;
+
+/// One single-model server per model (index = model index).
+pub struct StdServers {
+    /// Each is a one-member group running the `Single` policy.
+    pub servers: Vec<Group>,
+}
+
+/// The routing rule the forwarder applies: R2R hand-over with a Bernoulli signal.
+#[derive(Debug, Clone, Copy)]
+pub struct ForwardRule {
+    /// Probability the small model's token is rewritten by the large model.
+    pub probability: f64,
+    /// Seed mixed into each request's draws.
+    pub seed: u64,
+    /// The model that writes by default.
+    pub small: usize,
+    /// The model that rewrites.
+    pub large: usize,
+}
+
+fn one_token(server: &Group, seq: &[u32], params: &SamplingParams) -> Result<u32, RequestError> {
+    let mut p = params.clone();
+    p.max_tokens = 1;
+    let (_rid, mut rx): (_, UnboundedReceiver<StreamEvent>) = server.submit(seq.to_vec(), p);
+    let mut token = None;
+    while let Some(ev) = rx.blocking_recv() {
+        match ev {
+            StreamEvent::Token { token: t, .. } => token = Some(t),
+            StreamEvent::Finished { .. } => break,
+            StreamEvent::Failed(e) => return Err(e),
+        }
+    }
+    token.ok_or(RequestError::Engine("a server finished without a token".into()))
+}
+
+/// Writes up to `max_tokens` tokens for `prompt`, one call per token, and
+/// reports each committed token (with its writer) to `on_token`. Returns when
+/// done, when `on_token` returns false, or on error.
+pub fn generate(
+    servers: &StdServers,
+    rule: ForwardRule,
+    request_seed: u64,
+    prompt: &[u32],
+    max_tokens: usize,
+    params: &SamplingParams,
+    mut on_token: impl FnMut(u32, usize) -> bool,
+) -> Result<Vec<u32>, RequestError> {
+    let mut seq = prompt.to_vec();
+    for _ in 0..max_tokens {
+        let position = seq.len();
+        let small_token = one_token(&servers.servers[rule.small], &seq, params)?;
+        let (token, writer) = if uniform(request_seed ^ rule.seed, position, 0) < rule.probability {
+            (one_token(&servers.servers[rule.large], &seq, params)?, rule.large)
+        } else {
+            (small_token, rule.small)
+        };
+        seq.push(token);
+        if !on_token(token, writer) {
+            break;
+        }
+    }
+    Ok(seq[prompt.len()..].to_vec())
+}

@@ -1,0 +1,5 @@
+//! Runtime measurements that scripts depend on: the simulated-backend bench
+//! (`tokenrouter sim-bench`) and the Std. Serving forwarder it compares against.
+
+pub mod forwarder;
+pub mod sim_bench;

@@ -1,0 +1,306 @@
+//! `tokenrouter sim-bench`: the real runtime (schedulers, inter-model loop,
+//! in-process transport) over simulated models whose steps take GPU-like
+//! times. Closed-loop clients keep N requests active; each request writes a
+//! long answer. R2R semantics with a Bernoulli signal: the small model's token
+//! goes to the large model with probability p, which writes one token and
+//! returns it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::bench::forwarder::{self, ForwardRule, StdServers};
+use crate::engine::EngineLimits;
+use crate::error::EngineError;
+use crate::policy::{build, Placement};
+use crate::runner::sim::{LinearLatency, SimRunner};
+use crate::sampling::SamplingParams;
+use crate::scheduler::batching::ExecutionMode;
+use crate::scheduler::client::StreamEvent;
+use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BenchMode {
+    /// TokenRouter with delayed batching.
+    AsyncDelayed,
+    /// TokenRouter, eager steps.
+    Async,
+    /// TokenRouter with a global step barrier.
+    Lockstep,
+    /// TokenRouter, one model at a time.
+    Serial,
+    /// Single-model servers plus an external one-token forwarder.
+    StdServing,
+}
+
+impl std::str::FromStr for BenchMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "async_delayed" => Ok(Self::AsyncDelayed),
+            "async" => Ok(Self::Async),
+            "lockstep" => Ok(Self::Lockstep),
+            "serial" => Ok(Self::Serial),
+            "std_serving" => Ok(Self::StdServing),
+            _ => Err(format!("unknown mode `{s}` (async_delayed, async, lockstep, serial, std_serving)")),
+        }
+    }
+}
+
+/// Settings of one run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimBenchOptions {
+    /// Runtime mode.
+    pub mode: BenchMode,
+    /// Active requests kept by closed-loop clients.
+    pub concurrency: usize,
+    /// Step latency per model (ms), small first.
+    pub latencies_ms: Vec<f64>,
+    /// Extra step time per request in the batch (ms), per model.
+    pub per_seq_ms: Vec<f64>,
+    /// Probability a small-model token is rewritten by the large model.
+    pub route_probability: f64,
+    /// Delayed-batching B per model (used at every concurrency).
+    pub thresholds: Vec<usize>,
+    /// Measured time.
+    pub duration_s: f64,
+    /// Time before measuring.
+    pub warmup_s: f64,
+    /// Seed for tokens and routing draws.
+    pub seed: u64,
+    /// Prompt tokens per request.
+    pub prompt_tokens: usize,
+    /// Bound on a delayed-batching wait.
+    pub max_batch_wait_ms: f64,
+}
+
+/// What a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimBenchReport {
+    /// The settings.
+    pub options: SimBenchOptions,
+    /// Committed output tokens per second after warm-up.
+    pub throughput_tok_s: f64,
+    /// Share of committed tokens written by the large model.
+    pub large_share: f64,
+    /// Forward steps per model during the measurement.
+    pub steps_per_model: Vec<u64>,
+    /// Mean batch size per model during the measurement.
+    pub mean_batch_per_model: Vec<f64>,
+    /// Committed tokens during the measurement.
+    pub tokens: u64,
+    /// Measured wall time.
+    pub wall_s: f64,
+}
+
+fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
+    let bad = |m: String| Err(EngineError::InvalidRequest(m));
+    if o.latencies_ms.len() != 2 {
+        return bad(format!("--latencies-ms needs 2 values (small, large), got {}", o.latencies_ms.len()));
+    }
+    if o.latencies_ms.iter().any(|&l| !(l >= 0.0 && l.is_finite())) {
+        return bad("--latencies-ms must be non-negative".into());
+    }
+    if !(0.0..=1.0).contains(&o.route_probability) {
+        return bad(format!("--route-probability must be in [0, 1], got {}", o.route_probability));
+    }
+    if o.concurrency == 0 {
+        return bad("--concurrency must be at least 1".into());
+    }
+    if o.thresholds.len() != 2 || o.thresholds.contains(&0) {
+        return bad("--thresholds needs 2 positive values (small, large)".into());
+    }
+    if !(o.duration_s > 0.0) || o.warmup_s < 0.0 {
+        return bad("--duration-s must be positive and the warm-up non-negative".into());
+    }
+    Ok(())
+}
+
+fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
+    let latency = LinearLatency {
+        base: o.latencies_ms[m],
+        per_seq: o.per_seq_ms.get(m).copied().unwrap_or(0.0),
+        per_token: 0.0,
+    };
+    let kv_tokens = o.concurrency * (o.prompt_tokens + 8192) + 4096;
+    SimRunner::new(&format!("sim{m}"), 32_000, vec![], Box::new(latency), kv_tokens, 16, o.seed + m as u64)
+}
+
+fn prompt(o: &SimBenchOptions, client: usize) -> Vec<u32> {
+    (0..o.prompt_tokens.max(1)).map(|i| ((i * 31 + client * 7919) % 30_000 + 1) as u32).collect()
+}
+
+/// Runs one measurement.
+pub fn run(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
+    validate(o)?;
+    match o.mode {
+        BenchMode::StdServing => run_std(o),
+        _ => run_routed(o),
+    }
+}
+
+fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
+    let mode = match o.mode {
+        BenchMode::AsyncDelayed => ExecutionMode::AsyncDelayed,
+        BenchMode::Async => ExecutionMode::Async,
+        BenchMode::Lockstep => ExecutionMode::Lockstep,
+        _ => ExecutionMode::Serial,
+    };
+    let kwargs = serde_json::json!({"probability": o.route_probability, "seed": o.seed, "target": 1});
+    let mut members = Vec::new();
+    for m in 0..2usize {
+        let at = Placement { model: m as u16, num_models: 2, entry: 0 };
+        let policy = build("Random", &kwargs, at).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        members.push(MemberSpec {
+            name: ["small", "large"][m].to_string(),
+            runner: Box::new(sim_runner(o, m)?),
+            policy,
+            tokenizer: None,
+            thresholds: vec![o.thresholds[m]],
+        });
+    }
+    let settings = GroupSettings {
+        entry: 0,
+        mode,
+        max_batch_wait: Duration::from_secs_f64(o.max_batch_wait_ms / 1e3),
+        limits: EngineLimits { max_batched_tokens: 8192, max_batch_size: 512 },
+        fallback_on_peer_failure: false,
+        peer_timeout: Duration::from_secs(60),
+    };
+    let group = Arc::new(Group::start(members, settings));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..o.concurrency)
+        .map(|c| {
+            let (group, stop, p) = (group.clone(), stop.clone(), prompt(o, c));
+            let mut params = SamplingParams::greedy(1_000_000);
+            params.seed = Some(o.seed.wrapping_mul(1_000_003).wrapping_add(c as u64));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let (_rid, mut rx) = group.submit(p.clone(), params.clone());
+                    while let Some(ev) = rx.blocking_recv() {
+                        if matches!(ev, StreamEvent::Finished { .. } | StreamEvent::Failed(_)) {
+                            break;
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(o.warmup_s));
+    group.reset_counters();
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(o.duration_s));
+    let stats: Vec<_> = (0..2).map(|m| group.stats(m)).collect();
+    let wall = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    drop(group_shutdown(group));
+    for c in clients {
+        let _ = c.join();
+    }
+    let by_writer = &stats[0].committed_by_writer;
+    let tokens: u64 = by_writer.iter().sum();
+    Ok(SimBenchReport {
+        options: o.clone(),
+        throughput_tok_s: tokens as f64 / wall,
+        large_share: if tokens > 0 { by_writer[1] as f64 / tokens as f64 } else { 0.0 },
+        steps_per_model: stats.iter().map(|s| s.steps).collect(),
+        mean_batch_per_model: stats.iter().map(|s| if s.steps > 0 { s.batch_sum as f64 / s.steps as f64 } else { 0.0 }).collect(),
+        tokens,
+        wall_s: wall,
+    })
+}
+
+/// Stops the group even while client threads still hold references.
+fn group_shutdown(group: Arc<Group>) -> Option<Group> {
+    // Clients exit once their request fails with Shutdown; wait for the last
+    // reference so the Group (and its threads) drop here.
+    let mut g = group;
+    loop {
+        match Arc::try_unwrap(g) {
+            Ok(inner) => return Some(inner),
+            Err(shared) => {
+                shared.shutdown_requests();
+                std::thread::sleep(Duration::from_millis(5));
+                g = shared;
+            }
+        }
+    }
+}
+
+fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
+    let mut servers = Vec::new();
+    for m in 0..2usize {
+        let at = Placement { model: 0, num_models: 1, entry: 0 };
+        let policy = build("Single", &serde_json::Value::Null, at).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        let member = MemberSpec {
+            name: ["small", "large"][m].to_string(),
+            runner: Box::new(sim_runner(o, m)?),
+            policy,
+            tokenizer: None,
+            thresholds: vec![1],
+        };
+        let settings = GroupSettings {
+            mode: ExecutionMode::Async,
+            limits: EngineLimits { max_batched_tokens: 1 << 20, max_batch_size: 512 },
+            ..GroupSettings::default()
+        };
+        servers.push(Group::start(vec![member], settings));
+    }
+    let servers = Arc::new(StdServers { servers });
+    let rule = ForwardRule { probability: o.route_probability, seed: o.seed, small: 0, large: 1 };
+    let measuring = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let clients: Vec<_> = (0..o.concurrency)
+        .map(|c| {
+            let (servers, measuring, stop, counts) = (servers.clone(), measuring.clone(), stop.clone(), counts.clone());
+            let p = prompt(o, c);
+            let seed = o.seed.wrapping_mul(1_000_003).wrapping_add(c as u64);
+            std::thread::spawn(move || {
+                let params = SamplingParams::greedy(1);
+                let _ = forwarder::generate(&servers, rule, seed, &p, 1_000_000, &params, |_, writer| {
+                    if measuring.load(Ordering::Relaxed) {
+                        counts[writer].fetch_add(1, Ordering::Relaxed);
+                    }
+                    !stop.load(Ordering::Relaxed)
+                });
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(o.warmup_s));
+    let before: Vec<_> = servers.servers.iter().map(|s| s.stats(0)).collect();
+    measuring.store(true, Ordering::Relaxed);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs_f64(o.duration_s));
+    measuring.store(false, Ordering::Relaxed);
+    let wall = t0.elapsed().as_secs_f64();
+    let after: Vec<_> = servers.servers.iter().map(|s| s.stats(0)).collect();
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        let _ = c.join();
+    }
+    let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let tokens: u64 = per.iter().sum();
+    let steps: Vec<u64> = before.iter().zip(&after).map(|(b, a)| a.steps - b.steps).collect();
+    let batch: Vec<f64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| {
+            let s = a.steps - b.steps;
+            if s > 0 { (a.batch_sum - b.batch_sum) as f64 / s as f64 } else { 0.0 }
+        })
+        .collect();
+    Ok(SimBenchReport {
+        options: o.clone(),
+        throughput_tok_s: tokens as f64 / wall,
+        large_share: if tokens > 0 { per[1] as f64 / tokens as f64 } else { 0.0 },
+        steps_per_model: steps,
+        mean_batch_per_model: batch,
+        tokens,
+        wall_s: wall,
+    })
+}

@@ -1,0 +1,194 @@
+//! An in-process group: one scheduler thread per model, wired by the
+//! in-process transport, sharing the group state that delayed batching,
+//! lockstep and serial modes need. Benchmarks, tests and `serve` use it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use crate::engine::EngineLimits;
+use crate::peer::inproc::InProcSender;
+use crate::peer::message::{ModelIdx, Rid};
+use crate::peer::transport::PeerSender;
+use crate::runner::ModelRunner;
+use crate::sampling::SamplingParams;
+use crate::scheduler::batching::ExecutionMode;
+use crate::scheduler::client::{GenerateReq, StreamEvent};
+use crate::scheduler::core::{Scheduler, SchedulerConfig};
+use crate::scheduler::inbox::{inbox, Inbound, InboxSender};
+use crate::scheduler::policy::RoutingPolicy;
+use crate::scheduler::shared::GroupShared;
+use crate::scheduler::stats::{SchedulerStats, StatsSnapshot};
+use crate::tokenizer::TextTokenizer;
+
+/// One model of a group, ready to start.
+pub struct MemberSpec {
+    /// Name in the group (`quick`, `reference`, ...).
+    pub name: String,
+    /// Its runner (tch or sim).
+    pub runner: Box<dyn ModelRunner>,
+    /// Its routing policy instance.
+    pub policy: Box<dyn RoutingPolicy>,
+    /// Tokenizer for stop strings and streamed text (the entry model needs one for text).
+    pub tokenizer: Option<TextTokenizer>,
+    /// Delayed-batching table (B at concurrency 1, 2, ...).
+    pub thresholds: Vec<usize>,
+}
+
+/// Group-wide settings.
+#[derive(Debug, Clone)]
+pub struct GroupSettings {
+    /// Index of the entry model (receives every request).
+    pub entry: ModelIdx,
+    /// How models take steps.
+    pub mode: ExecutionMode,
+    /// Bound on a delayed-batching wait.
+    pub max_batch_wait: Duration,
+    /// Step budgets.
+    pub limits: EngineLimits,
+    /// Continue on the entry model when a peer fails.
+    pub fallback_on_peer_failure: bool,
+    /// Pending-at-peer timeout.
+    pub peer_timeout: Duration,
+}
+
+impl Default for GroupSettings {
+    fn default() -> Self {
+        Self {
+            entry: 0,
+            mode: ExecutionMode::AsyncDelayed,
+            max_batch_wait: Duration::from_millis(50),
+            limits: EngineLimits::default(),
+            fallback_on_peer_failure: false,
+            peer_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A running group. Dropping it stops every scheduler thread.
+pub struct Group {
+    inboxes: Vec<InboxSender>,
+    threads: Vec<JoinHandle<()>>,
+    stats: Vec<Arc<SchedulerStats>>,
+    names: Vec<String>,
+    entry: ModelIdx,
+    next_rid: AtomicU64,
+    shared: Arc<GroupShared>,
+}
+
+impl Group {
+    /// Starts one scheduler thread per member.
+    pub fn start(members: Vec<MemberSpec>, settings: GroupSettings) -> Self {
+        let n = members.len();
+        let shared = Arc::new(GroupShared::new(n));
+        let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| inbox()).unzip();
+        shared.set_inboxes(senders.clone());
+        let transport: Arc<dyn PeerSender> = Arc::new(InProcSender::new(senders.clone()));
+        let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+        let mut threads = Vec::with_capacity(n);
+        let mut stats = Vec::with_capacity(n);
+        for (i, (member, rx)) in members.into_iter().zip(receivers).enumerate() {
+            let st = Arc::new(SchedulerStats::new(n));
+            stats.push(st.clone());
+            let cfg = SchedulerConfig {
+                model: i as ModelIdx,
+                model_names: names.clone(),
+                mode: settings.mode,
+                thresholds: member.thresholds,
+                max_batch_wait: settings.max_batch_wait,
+                limits: settings.limits,
+                fallback_on_peer_failure: settings.fallback_on_peer_failure,
+                peer_timeout: settings.peer_timeout,
+            };
+            let sched = Scheduler::new(
+                cfg,
+                member.runner,
+                member.policy,
+                member.tokenizer,
+                rx,
+                transport.clone(),
+                Some(shared.clone()),
+                st,
+            );
+            let handle = std::thread::Builder::new()
+                .name(format!("sched-{}", member.name))
+                .spawn(move || sched.run());
+            match handle {
+                Ok(h) => threads.push(h),
+                Err(e) => tracing::error!(error = %e, "cannot spawn a scheduler thread"),
+            }
+        }
+        Self { inboxes: senders, threads, stats, names, entry: settings.entry, next_rid: AtomicU64::new(1), shared }
+    }
+
+    /// Model names by index.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// Submits a request to the entry model; events arrive on the receiver.
+    pub fn submit(&self, prompt: Vec<u32>, params: SamplingParams) -> (Rid, UnboundedReceiver<StreamEvent>) {
+        let rid = self.next_rid.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = unbounded_channel();
+        let req = GenerateReq { rid, prompt, params, sink: tx };
+        if let Err(std::sync::mpsc::SendError(Inbound::Generate(req))) =
+            self.inboxes[self.entry as usize].send(Inbound::Generate(req))
+        {
+            let _ = req.sink.send(StreamEvent::Failed(crate::scheduler::client::RequestError::Shutdown));
+        }
+        (rid, rx)
+    }
+
+    /// Cancels a request (client gone): every model frees it.
+    pub fn cancel(&self, rid: Rid) {
+        let _ = self.inboxes[self.entry as usize].send(Inbound::Cancel(rid));
+    }
+
+    /// Replaces model `m`'s delayed-batching table without dropping requests.
+    pub fn set_thresholds(&self, m: ModelIdx, table: Vec<usize>) {
+        if let Some(tx) = self.inboxes.get(m as usize) {
+            let _ = tx.send(Inbound::SetThresholds(table));
+        }
+    }
+
+    /// Counters of model `m`.
+    pub fn stats(&self, m: ModelIdx) -> StatsSnapshot {
+        self.stats.get(m as usize).map(|s| s.snapshot()).unwrap_or_default()
+    }
+
+    /// Zeroes the rate counters of every model (after a warm-up).
+    pub fn reset_counters(&self) {
+        for s in &self.stats {
+            s.reset_counters();
+        }
+    }
+
+    /// Tells every scheduler to fail what it holds and exit (the threads are
+    /// joined when the group drops).
+    pub fn shutdown_requests(&self) {
+        for tx in &self.inboxes {
+            let _ = tx.send(Inbound::Shutdown);
+        }
+        self.shared.barrier.abort();
+    }
+
+    /// Active requests in the group.
+    pub fn active(&self) -> usize {
+        self.shared.active()
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        for tx in &self.inboxes {
+            let _ = tx.send(Inbound::Shutdown);
+        }
+        self.shared.barrier.abort();
+        for h in self.threads.drain(..) {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The routed subserver runtime: one scheduler thread per model, the policy
+//! hooks it calls, delayed batching, and the in-process group that wires the
+//! models together.
+
+pub mod batching;
+pub mod client;
+pub mod core;
+pub mod group;
+pub mod inbox;
+pub mod policy;
+pub mod seq;
+pub mod shared;
+pub mod stats;

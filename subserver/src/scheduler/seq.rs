@@ -1,0 +1,105 @@
+//! A request as one subserver holds it: at its home (the entry model, which
+//! owns the client stream and the stop conditions) or as a guest (a peer that
+//! writes when handed the pen).
+//!
+//! State machine (per subserver):
+//! ```text
+//!   Runnable ──route: Peer──▶ Pending{at} ──PeerReq back──▶ Runnable
+//!   any ──finish | cancel | release──▶ removed (KV cached or freed)
+//! ```
+//! Orthogonal to that, `admitted` says whether the request holds KV blocks
+//! here: a runnable request that is not admitted is "waiting" (new or
+//! preempted); admission and preemption flip it. Pending requests keep their
+//! blocks (and so their prefix locks) unless memory pressure preempts them.
+
+use std::time::Instant;
+
+use crate::peer::message::{ModelIdx, Rid};
+use crate::sampling::{Sampler, SamplingParams, StopChecker};
+use crate::scheduler::client::StreamEvent;
+use crate::tokenizer::IncrementalDecoder;
+
+/// Where a request is in this subserver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqState {
+    /// The pen is here.
+    Runnable,
+    /// The pen is at another model; KV and prefix locks stay.
+    Pending {
+        /// Who holds the pen.
+        at: ModelIdx,
+        /// Since when.
+        since: Instant,
+    },
+}
+
+/// Home-only state: the client stream and the request's accounting.
+pub struct HomeState {
+    /// Sampling parameters (sent to peers on first contact).
+    pub params: SamplingParams,
+    /// Prompt length.
+    pub prompt_len: usize,
+    /// Stop conditions over committed tokens.
+    pub stop: StopChecker,
+    /// Text of committed tokens (when the subserver has a tokenizer).
+    pub detok: Option<IncrementalDecoder>,
+    /// The client's event stream.
+    pub sink: tokio::sync::mpsc::UnboundedSender<StreamEvent>,
+    /// Tokens written by each model.
+    pub tokens_by_model: Vec<usize>,
+    /// Writer of the previous committed token.
+    pub last_writer: Option<ModelIdx>,
+    /// Writer changes.
+    pub switches: usize,
+    /// Sequence length each model holds (its anchor); 0 = never contacted.
+    pub peer_holds: Vec<usize>,
+    /// Prompt tokens served from the prefix cache.
+    pub cached_prompt: usize,
+}
+
+/// One request in one subserver.
+pub struct Seq {
+    /// Request id.
+    pub rid: Rid,
+    /// The home model.
+    pub home: ModelIdx,
+    /// The whole sequence as this model knows it (prompt + output).
+    pub tokens: Vec<u32>,
+    /// Tokens whose K/V this model has computed.
+    pub computed: usize,
+    /// Scheduling state.
+    pub state: SeqState,
+    /// Holds KV blocks here.
+    pub admitted: bool,
+    /// Sequence length when the pen last arrived.
+    pub turn_start: usize,
+    /// When it last became runnable (FCFS order and the batching wait bound).
+    pub runnable_since: Instant,
+    /// This model's sampler for the request.
+    pub sampler: Sampler,
+    /// Tokens the request may still write.
+    pub budget: usize,
+    /// Tokens written here since the pen arrived.
+    pub written_this_turn: usize,
+    /// Seed of the request (policies derive draws from it).
+    pub seed: u64,
+    /// Present at the home only.
+    pub home_state: Option<HomeState>,
+}
+
+impl Seq {
+    /// True when the pen is here.
+    pub fn runnable(&self) -> bool {
+        !matches!(self.state, SeqState::Pending { .. })
+    }
+
+    /// Tokens to feed before the next sample.
+    pub fn pending_tokens(&self) -> usize {
+        self.tokens.len() - self.computed
+    }
+
+    /// True at the home model.
+    pub fn is_home(&self) -> bool {
+        self.home_state.is_some()
+    }
+}

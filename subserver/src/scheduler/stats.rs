@@ -1,0 +1,176 @@
+//! Counters a scheduler keeps about itself, readable from other threads
+//! (benchmarks, the admin API) and mirrored into Prometheus when a metrics
+//! handle is attached.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::peer::message::ModelIdx;
+
+/// A snapshot of one scheduler's counters.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct StatsSnapshot {
+    /// Forward steps taken.
+    pub steps: u64,
+    /// Sum of batch sizes over steps.
+    pub batch_sum: u64,
+    /// Sum of step seconds.
+    pub step_seconds: f64,
+    /// Output tokens committed at this home, by writer model.
+    pub committed_by_writer: Vec<u64>,
+    /// Routing transitions at this home: `transitions[from][to]`.
+    pub transitions: Vec<Vec<u64>>,
+    /// Tokens this model wrote as a guest and returned.
+    pub guest_tokens: u64,
+    /// Requests finished, by reason.
+    pub finished: u64,
+    /// Requests failed.
+    pub failed: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Prompt tokens seen / served from the prefix cache.
+    pub prefix_query_tokens: u64,
+    /// Prompt tokens served from the prefix cache.
+    pub prefix_hit_tokens: u64,
+    /// Requests running / waiting / pending here.
+    pub running: usize,
+    /// Waiting for admission.
+    pub waiting: usize,
+    /// Pen at a peer.
+    pub pending: usize,
+    /// KV usage (0..1).
+    pub kv_usage: f64,
+    /// Requests holding KV.
+    pub kv_requests: usize,
+    /// Free plus evictable blocks.
+    pub kv_available_blocks: usize,
+    /// Blocks in the pool.
+    pub kv_blocks: usize,
+    /// Active requests in the group.
+    pub active: usize,
+    /// Current B.
+    pub threshold: usize,
+    /// Current threshold table.
+    pub threshold_table: Vec<usize>,
+    /// Peer messages sent and received.
+    pub messages: u64,
+}
+
+/// Thread-safe counters of one scheduler.
+pub struct SchedulerStats {
+    inner: Mutex<StatsSnapshot>,
+}
+
+impl SchedulerStats {
+    /// Counters for a group of `num_models`.
+    pub fn new(num_models: usize) -> Self {
+        let snap = StatsSnapshot {
+            committed_by_writer: vec![0; num_models],
+            transitions: vec![vec![0; num_models]; num_models],
+            ..StatsSnapshot::default()
+        };
+        Self { inner: Mutex::new(snap) }
+    }
+
+    fn with(&self, f: impl FnOnce(&mut StatsSnapshot)) {
+        if let Ok(mut g) = self.inner.lock() {
+            f(&mut g);
+        }
+    }
+
+    /// A copy of the counters.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        self.inner.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+
+    /// Zeroes the rate counters (benchmarks call it after warm-up).
+    pub fn reset_counters(&self) {
+        self.with(|s| {
+            s.steps = 0;
+            s.batch_sum = 0;
+            s.step_seconds = 0.0;
+            s.committed_by_writer.iter_mut().for_each(|x| *x = 0);
+            s.transitions.iter_mut().flatten().for_each(|x| *x = 0);
+            s.guest_tokens = 0;
+        });
+    }
+
+    pub(crate) fn record_step(&self, batch: usize, took: Duration) {
+        self.with(|s| {
+            s.steps += 1;
+            s.batch_sum += batch as u64;
+            s.step_seconds += took.as_secs_f64();
+        });
+    }
+
+    pub(crate) fn record_commit(&self, from: ModelIdx, writer: ModelIdx) {
+        self.with(|s| {
+            if let Some(c) = s.committed_by_writer.get_mut(writer as usize) {
+                *c += 1;
+            }
+            if let Some(c) = s.transitions.get_mut(from as usize).and_then(|r| r.get_mut(writer as usize)) {
+                *c += 1;
+            }
+        });
+    }
+
+    pub(crate) fn record_guest_tokens(&self, n: usize) {
+        self.with(|s| s.guest_tokens += n as u64);
+    }
+
+    pub(crate) fn count_success(&self, _reason: &str) {
+        self.with(|s| s.finished += 1);
+    }
+
+    pub(crate) fn count_failure(&self, _error_type: &str) {
+        self.with(|s| s.failed += 1);
+    }
+
+    pub(crate) fn count_preemption(&self) {
+        self.with(|s| s.preemptions += 1);
+    }
+
+    pub(crate) fn count_prefix(&self, query: usize, hit: usize) {
+        self.with(|s| {
+            s.prefix_query_tokens += query as u64;
+            s.prefix_hit_tokens += hit as u64;
+        });
+    }
+
+    pub(crate) fn count_message(&self, _from: ModelIdx, _to: ModelIdx) {
+        self.with(|s| s.messages += 1);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn set_queue(
+        &self,
+        running: usize,
+        waiting: usize,
+        pending: usize,
+        kv_usage: f64,
+        kv_requests: usize,
+        kv_available_blocks: usize,
+        kv_blocks: usize,
+    ) {
+        self.with(|s| {
+            s.running = running;
+            s.waiting = waiting;
+            s.pending = pending;
+            s.kv_usage = kv_usage;
+            s.kv_requests = kv_requests;
+            s.kv_available_blocks = kv_available_blocks;
+            s.kv_blocks = kv_blocks;
+        });
+    }
+
+    pub(crate) fn set_concurrency(&self, active: usize, threshold: usize) {
+        self.with(|s| {
+            s.active = active;
+            s.threshold = threshold;
+        });
+    }
+
+    pub(crate) fn set_threshold_table(&self, table: Vec<usize>) {
+        self.with(|s| s.threshold_table = table);
+    }
+}
