@@ -1,6 +1,11 @@
 //! `ChatTemplate`: renders a conversation into a prompt string, byte for byte
 //! as transformers' `tokenizer.apply_chat_template(messages, tokenize=False,
 //! add_generation_prompt=..., **kwargs)` does.
+//!
+//! Checked live against transformers by `tests/chat_template_hf.rs`. Known
+//! gap: the `~` operator formats floats MiniJinja's way, so `'x' ~ 1e20`
+//! differs from Jinja2 (`{{ 1e20 }}` and `|string` are right); no known
+//! template does that.
 
 use std::collections::BTreeMap;
 use std::path::Path;

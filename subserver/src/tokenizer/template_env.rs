@@ -5,8 +5,8 @@
 //! Python's printing of `None`, booleans, floats and containers.
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{Rest, Value, ValueKind, ValueOrKwargs};
-use minijinja::{AutoEscape, Environment, Error, ErrorKind};
+use minijinja::value::{from_args, Rest, Value, ValueKind, ValueOrKwargs};
+use minijinja::{AutoEscape, Environment, Error, ErrorKind, State};
 
 use super::py_format::py_str;
 use super::py_json::{dumps, JsonOptions};
@@ -57,6 +57,41 @@ fn string(value: &Value) -> Value {
     }
 }
 
+/// Python's `str.title()`: a cased character is upper-cased after an
+/// uncased one (so `"what's"` gives `"What'S"`, `"1st"` gives `"1St"`), and
+/// lower-cased after a cased one. MiniJinja's pycompat only starts words
+/// after whitespace.
+fn py_title(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut previous_cased = false;
+    for c in s.chars() {
+        let cased = c.is_uppercase() || c.is_lowercase();
+        if cased && previous_cased {
+            out.extend(c.to_lowercase());
+        } else if cased {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+        previous_cased = cased;
+    }
+    out
+}
+
+/// Python methods on values: pycompat's, with `str.title` fixed.
+fn python_methods(
+    state: &mut State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    if let (Some(s), "title") = (value.as_str(), method) {
+        let () = from_args(args)?;
+        return Ok(Value::from(py_title(s)));
+    }
+    minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
 /// Builds the environment and compiles `source` into it.
 pub(crate) fn environment(source: String) -> Result<Environment<'static>, TokenizerError> {
     let mut env = Environment::new();
@@ -67,7 +102,7 @@ pub(crate) fn environment(source: String) -> Result<Environment<'static>, Tokeni
         .map_err(|e| TokenizerError::TemplateSyntax(e.to_string()))?;
     env.set_syntax(syntax);
     env.set_auto_escape_callback(|_| AutoEscape::None);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(python_methods);
     env.set_formatter(|out, state, value| match py_str(value) {
         Some(s) => out.write_str(&s).map_err(Error::from),
         None => minijinja::escape_formatter(out, state, value),
@@ -128,6 +163,18 @@ mod tests {
                    {% if loop.index > 3 %}{% break %}{% endif %}{{ w.strip('.').upper() }};{% endfor %}";
         let out = render(src, minijinja::context! { s => "a. xb c. d e" }).unwrap();
         assert_eq!(out, "A;C;");
+    }
+
+    #[test]
+    fn str_title_follows_python() {
+        // Python: "what's up-to 1st ÉTÉ".title() == "What'S Up-To 1St Été"
+        assert_eq!(py_title("what's up-to 1st ÉTÉ"), "What'S Up-To 1St Été");
+        let out = render(
+            "{{ s.title() }}",
+            minijinja::context! { s => "hELLO wORLD" },
+        )
+        .unwrap();
+        assert_eq!(out, "Hello World");
     }
 
     #[test]
