@@ -162,9 +162,9 @@ pub(crate) fn draw(cands: &[Candidate], u: f64) -> u32 {
     cands.last().map_or(0, |c| c.0)
 }
 
-/// Normalized probabilities of the candidates, by token id (for tests and
-/// for reporting the processed distribution).
-pub(crate) fn probabilities(cands: &[Candidate]) -> Vec<(u32, f64)> {
+/// Normalized probabilities of the candidates, by token id.
+#[cfg(test)]
+fn probabilities(cands: &[Candidate]) -> Vec<(u32, f64)> {
     let m = f64::from(max_logit(cands));
     let total: f64 = cands.iter().map(|c| (f64::from(c.1) - m).exp()).sum();
     let mut out: Vec<(u32, f64)> = cands

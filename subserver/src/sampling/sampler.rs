@@ -43,8 +43,8 @@ impl Sampler {
 
     /// Whether this sampler always takes the argmax.
     pub fn is_greedy(&self) -> bool {
-        // `!(t >= eps)` also sends a NaN temperature to greedy.
-        !(self.filter.temperature >= GREEDY_TEMPERATURE_EPS)
+        let t = self.filter.temperature;
+        t.is_nan() || t < GREEDY_TEMPERATURE_EPS
     }
 
     /// The next token: the argmax (lowest id on ties) when greedy, else a
