@@ -5,12 +5,12 @@
 pub mod assets;
 pub mod bench;
 pub mod device;
-//TEMP pub mod engine;
+pub mod engine;
 pub mod error;
 pub mod kv;
 pub mod model;
-//TEMP pub mod peer;
-//TEMP pub mod policy;
+pub mod peer;
+pub mod policy;
 pub mod runner;
 pub mod scheduler;
 pub mod sampling;

@@ -1,1 +1,22 @@
 //! Sampling: parameters, samplers, stop conditions.
+//!
+//! - [`SamplingParams`]: what a request asks for, with
+//!   [`SamplingParams::validate`].
+//! - [`Sampler`]: picks each next token (greedy, or temperature, top-k,
+//!   top-p, min-p and a seeded ChaCha20 draw, in vLLM's order).
+//! - [`logprobs`]: the chosen token's and the top-n log-probabilities.
+//! - [`StopChecker`]: EOS, stop tokens, stop strings (held back from
+//!   streaming while they may still match) and `max_tokens`.
+
+mod error;
+mod filters;
+mod logprobs;
+mod params;
+mod sampler;
+mod stop;
+
+pub use error::SamplingError;
+pub use logprobs::{logprobs, TokenLogprobs};
+pub use params::SamplingParams;
+pub use sampler::{Sampler, GREEDY_TEMPERATURE_EPS};
+pub use stop::{Finish, FinishReason, StopChecker};

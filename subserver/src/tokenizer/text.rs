@@ -1,0 +1,131 @@
+//! `TextTokenizer`: a cheap-to-clone handle on a Hugging Face `tokenizer.json`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::incremental::IncrementalDecoder;
+use super::TokenizerError;
+
+/// A loaded `tokenizer.json`. Cloning shares the underlying tokenizer, so
+/// every request can hold its own handle (and its own [`IncrementalDecoder`]).
+#[derive(Clone)]
+pub struct TextTokenizer {
+    inner: Arc<tokenizers::Tokenizer>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .field("vocab_size", &self.vocab_size())
+            .finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Loads `<dir>/tokenizer.json`.
+    pub fn from_dir(dir: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        Self::from_file(dir.as_ref().join("tokenizer.json"))
+    }
+
+    /// Loads a `tokenizer.json` file.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self, TokenizerError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| TokenizerError::io(path, e))?;
+        let inner =
+            tokenizers::Tokenizer::from_bytes(&bytes).map_err(|e| TokenizerError::Load {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            })?;
+        tracing::debug!(path = %path.display(), vocab = inner.get_vocab_size(true), "tokenizer loaded");
+        Ok(Self {
+            inner: Arc::new(inner),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The file this tokenizer was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Token ids of `text`. `add_special_tokens` applies the tokenizer's
+    /// post-processor (e.g. a BOS token); chat prompts rendered from a
+    /// template already contain their special tokens and pass `false`.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>, TokenizerError> {
+        let enc = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of `ids`; `skip_special_tokens` drops special tokens (EOS,
+    /// `<|im_start|>`...) from the output.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizerError::Decode(e.to_string()))
+    }
+
+    /// Number of tokens, added (special) tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// The id of a token string (vocabulary or added token), if any.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// The token string of an id, if the id is in the vocabulary.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// A fresh streaming decoder for one request's generated tokens.
+    pub fn incremental_decoder(&self, skip_special_tokens: bool) -> IncrementalDecoder {
+        IncrementalDecoder::new(self.clone(), skip_special_tokens)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::test_assets::qwen3_tokenizer_dir;
+
+    #[test]
+    fn qwen3_round_trips_and_knows_its_special_tokens() {
+        let tok = TextTokenizer::from_dir(qwen3_tokenizer_dir()).unwrap();
+        // Qwen3: 151643 BPE tokens + 26 added tokens.
+        assert_eq!(tok.vocab_size(), 151_669);
+        assert_eq!(tok.token_to_id("<|im_end|>"), Some(151_645));
+        assert_eq!(tok.token_to_id("<|endoftext|>"), Some(151_643));
+        assert_eq!(tok.id_to_token(151_645).as_deref(), Some("<|im_end|>"));
+        assert_eq!(tok.id_to_token(10_000_000), None);
+
+        let text = "Hello, world! 你好，世界 🦀";
+        let ids = tok.encode(text, false).unwrap();
+        assert!(!ids.is_empty());
+        assert_eq!(tok.decode(&ids, false).unwrap(), text);
+
+        let with_special = tok.encode("<|im_start|>user\nhi<|im_end|>", false).unwrap();
+        assert_eq!(with_special.first(), Some(&151_644));
+        assert_eq!(with_special.last(), Some(&151_645));
+        assert_eq!(tok.decode(&with_special, true).unwrap(), "user\nhi");
+    }
+
+    #[test]
+    fn missing_and_malformed_files_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = TextTokenizer::from_dir(dir.path()).unwrap_err();
+        assert_eq!(err.error_type(), "io");
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+
+        std::fs::write(dir.path().join("tokenizer.json"), "{not json").unwrap();
+        let err = TextTokenizer::from_dir(dir.path()).unwrap_err();
+        assert_eq!(err.error_type(), "tokenizer_load");
+        assert!(err.to_string().contains("tokenizer.json"), "{err}");
+    }
+}
