@@ -12,6 +12,7 @@ use tracing::debug;
 use crate::error::EngineError;
 use crate::runner::{ModelRunner, StepBatch, StepItem};
 use crate::sampling::{FinishReason, SamplingParams};
+use crate::tokenizer::TextTokenizer;
 use sequence::Sequence;
 
 /// Limits of one step.
@@ -30,12 +31,14 @@ impl Default for EngineLimits {
 }
 
 /// A token produced by a step.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TokenEvent {
     /// Request id.
     pub id: u64,
     /// The sampled token.
     pub token: u32,
+    /// Text now safe to show (empty without a tokenizer).
+    pub text: String,
     /// Set when this token ended the request.
     pub finish: Option<FinishReason>,
 }
@@ -63,6 +66,7 @@ pub struct BatchEngine<R: ModelRunner> {
     running: Vec<Sequence>,
     finished: Vec<Completion>,
     next_seed: u64,
+    tokenizer: Option<TextTokenizer>,
 }
 
 impl<R: ModelRunner> BatchEngine<R> {
@@ -75,7 +79,14 @@ impl<R: ModelRunner> BatchEngine<R> {
             running: Vec::new(),
             finished: Vec::new(),
             next_seed: 0x5eed,
+            tokenizer: None,
         }
+    }
+
+    /// Decodes text as tokens are generated (needed for stop strings and `TokenEvent::text`).
+    pub fn with_tokenizer(mut self, tokenizer: TextTokenizer) -> Self {
+        self.tokenizer = Some(tokenizer);
+        self
     }
 
     /// The runner (for its info and KV statistics).
@@ -111,13 +122,18 @@ impl<R: ModelRunner> BatchEngine<R> {
                 "prompt + max_tokens = {total} tokens can never fit the KV pool of {pool} tokens"
             )));
         }
+        if !params.stop.is_empty() && self.tokenizer.is_none() {
+            return Err(EngineError::InvalidRequest("stop strings need a tokenizer".into()));
+        }
         let in_use = self.waiting.iter().chain(&self.running).any(|s| s.id == id);
         if in_use {
             return Err(EngineError::InvalidRequest(format!("request id {id} is already queued")));
         }
         self.next_seed = self.next_seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let eos = info.eos_ids.clone();
-        self.waiting.push_back(Sequence::new(id, prompt, params, &eos, self.next_seed));
+        let mut seq = Sequence::new(id, prompt, params, &eos, self.next_seed);
+        seq.detok = self.tokenizer.as_ref().map(|t| t.incremental_decoder(true));
+        self.waiting.push_back(seq);
         Ok(())
     }
 
@@ -139,7 +155,7 @@ impl<R: ModelRunner> BatchEngine<R> {
         }
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             self.running.remove(i);
-            self.runner.kv().free(id);
+            let _ = self.runner.kv().free(id);
             return true;
         }
         false
@@ -150,7 +166,7 @@ impl<R: ModelRunner> BatchEngine<R> {
         let Some(mut seq) = self.running.pop() else {
             return false;
         };
-        self.runner.kv().free(seq.id);
+        let _ = self.runner.kv().free(seq.id);
         seq.computed = 0;
         seq.preemptions += 1;
         debug!(id = seq.id, "preempted: KV pool exhausted");
@@ -186,7 +202,7 @@ impl<R: ModelRunner> BatchEngine<R> {
             seq.cached = cached;
             let n = seq.pending().min(budget);
             if !self.runner.kv().can_reserve(seq.id, seq.computed + n) {
-                self.runner.kv().free(seq.id);
+                let _ = self.runner.kv().free(seq.id);
                 seq.computed = 0;
                 self.waiting.push_front(seq);
                 break;
@@ -226,11 +242,24 @@ impl<R: ModelRunner> BatchEngine<R> {
             if seq.pending() > 0 {
                 continue; // mid-prefill chunk: its logits are not a next-token distribution yet
             }
-            let token = seq.sampler.sample(&logits);
+            let token = seq
+                .sampler
+                .sample(&logits)
+                .map_err(|e| EngineError::InvalidRequest(format!("request {}: {e}", seq.id)))?;
             seq.output.push(token);
-            let finish = seq.stop.check(token, seq.output.len());
+            let delta = match seq.detok.as_mut() {
+                Some(d) => d.push(token)?,
+                None => String::new(),
+            };
+            let finish = seq.stop.push(token, &delta).map(|f| f.reason);
+            let mut text = seq.stop.take_safe();
+            if finish.is_some() {
+                if let Some(d) = seq.detok.as_mut() {
+                    text.push_str(&d.flush()?);
+                }
+            }
             seq.finish = finish;
-            events.push(TokenEvent { id: seq.id, token, finish });
+            events.push(TokenEvent { id: seq.id, token, text, finish });
         }
         self.retire_finished();
         Ok(events)
@@ -242,7 +271,9 @@ impl<R: ModelRunner> BatchEngine<R> {
             if let Some(finish) = self.running[i].finish {
                 let seq = self.running.remove(i);
                 let all = seq.all_tokens();
-                self.runner.kv().release(seq.id, &all[..seq.computed]);
+                if self.runner.kv().release(seq.id, &all[..seq.computed]).is_err() {
+                    let _ = self.runner.kv().free(seq.id);
+                }
                 self.finished.push(Completion {
                     id: seq.id,
                     tokens: seq.output,

@@ -2,6 +2,7 @@
 //! them are in the KV cache, its sampler and its stop conditions.
 
 use crate::sampling::{FinishReason, Sampler, SamplingParams, StopChecker};
+use crate::tokenizer::IncrementalDecoder;
 
 /// A request being generated.
 pub struct Sequence {
@@ -23,6 +24,8 @@ pub struct Sequence {
     pub stop: StopChecker,
     /// Why it finished, once it has.
     pub finish: Option<FinishReason>,
+    /// Text decoder (when the engine has a tokenizer).
+    pub detok: Option<IncrementalDecoder>,
 }
 
 impl Sequence {
@@ -44,6 +47,7 @@ impl Sequence {
             sampler: Sampler::new(params, fallback_seed),
             stop: StopChecker::new(params, eos_ids),
             finish: None,
+            detok: None,
         }
     }
 

@@ -866,7 +866,10 @@ impl<R: ModelRunner> Scheduler<R> {
         self.free_kv(&seq, true);
         self.policy.release(rid);
         if let Some(hs) = seq.home_state.as_mut() {
-            let text = hs.stop.take_remaining();
+            let mut text = hs.stop.take_safe();
+            if let Some(d) = hs.detok.as_mut() {
+                text.push_str(&d.flush().unwrap_or_default());
+            }
             let usage = Usage {
                 prompt_tokens: hs.prompt_len,
                 completion_tokens: hs.tokens_by_model.iter().sum(),
