@@ -28,16 +28,38 @@ fn real_smollm2_gguf_imports_exactly_and_loads_in_transformers() {
 
     let cfg = &summary.config;
     assert_eq!(cfg.architectures, ["LlamaForCausalLM"]);
-    assert_eq!((cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size), (30, 576, 1536));
-    assert_eq!((cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()), (9, 3, 64));
+    assert_eq!(
+        (
+            cfg.num_hidden_layers,
+            cfg.hidden_size,
+            cfg.intermediate_size
+        ),
+        (30, 576, 1536)
+    );
+    assert_eq!(
+        (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()),
+        (9, 3, 64)
+    );
     assert_eq!(cfg.vocab_size, 49152);
     assert!(cfg.tie_word_embeddings);
-    assert_eq!((cfg.rope_theta, cfg.rms_norm_eps, cfg.max_position_embeddings), (100000.0, 1e-5, 8192));
+    assert_eq!(
+        (
+            cfg.rope_theta,
+            cfg.rms_norm_eps,
+            cfg.max_position_embeddings
+        ),
+        (100000.0, 1e-5, 8192)
+    );
     assert_eq!(summary.tensors, 1 + 30 * 9 + 1);
 
     // (a) Dequantized (and un-permuted) tensors equal gguf-py's dequantization.
     let dq = check_py(&[&"dequant", &gguf, &out]);
-    let types: Vec<&str> = dq["types"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let types: Vec<&str> = dq["types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     assert_eq!(types, ["F32", "Q4_1", "Q8_0"]);
     assert!(dq["checked"].as_array().unwrap().len() >= 9, "{dq}");
 
@@ -62,12 +84,20 @@ fn real_smollm2_gguf_imports_exactly_and_loads_in_transformers() {
 fn real_smollm2_imports_as_bf16() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bf16");
-    let opts = ImportOptions { dtype: StorageDtype::BF16, ..ImportOptions::default() };
+    let opts = ImportOptions {
+        dtype: StorageDtype::BF16,
+        ..ImportOptions::default()
+    };
     let summary = import_gguf(&asset(SMOLLM2), &out, &opts).unwrap();
     assert_eq!(summary.config.torch_dtype.as_deref(), Some("bfloat16"));
     let ckpt = subserver::assets::Checkpoint::open(&out).unwrap();
-    let t = ckpt.tensor("model.layers.3.self_attn.q_proj.weight").unwrap();
-    assert_eq!((t.dtype, t.shape), (StorageDtype::BF16, &[576usize, 576][..]));
+    let t = ckpt
+        .tensor("model.layers.3.self_attn.q_proj.weight")
+        .unwrap();
+    assert_eq!(
+        (t.dtype, t.shape),
+        (StorageDtype::BF16, &[576usize, 576][..])
+    );
     assert_eq!(t.bytes.len(), 576 * 576 * 2);
 }
 
@@ -77,17 +107,28 @@ fn every_supported_type_matches_gguf_py_on_random_blocks() {
     let path = tmp.path().join("blocks.gguf");
     let made = check_py(&[&"blocks", &path, &tmp.path()]);
     let file = GgufFile::open(&path).unwrap();
-    let names: Vec<&str> = made["tensors"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    let names: Vec<&str> = made["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
     assert_eq!(names.len(), 11);
     for name in names {
         let info = file.header().tensor(name).unwrap();
         assert_eq!(info.ggml_type.name(), name);
         let ours = file.dequantize(info).unwrap();
         let raw = std::fs::read(tmp.path().join(format!("{name}.f32"))).unwrap();
-        let reference: Vec<f32> = raw.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        let reference: Vec<f32> = raw
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
         assert_eq!(ours.len(), reference.len(), "{name}");
         for (i, (a, b)) in ours.iter().zip(&reference).enumerate() {
-            assert!((a - b).abs() <= 1e-6 * b.abs().max(1.0), "{name}[{i}]: ours {a}, gguf-py {b}");
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "{name}[{i}]: ours {a}, gguf-py {b}"
+            );
         }
     }
 }

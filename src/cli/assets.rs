@@ -58,7 +58,10 @@ pub struct GenRandomArgs {
 
 /// Runs `import-gguf`.
 pub fn run_import_gguf(a: ImportGgufArgs) -> anyhow::Result<()> {
-    let opts = ImportOptions { dtype: a.dtype, max_shard_bytes: DEFAULT_MAX_SHARD_BYTES };
+    let opts = ImportOptions {
+        dtype: a.dtype,
+        max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+    };
     let summary = import_gguf(&a.file, &a.out_dir, &opts)
         .with_context(|| format!("importing {}", a.file.display()))?;
     println!(
@@ -75,7 +78,12 @@ pub fn run_import_gguf(a: ImportGgufArgs) -> anyhow::Result<()> {
 pub fn run_derive_early_exit(a: DeriveEarlyExitArgs) -> anyhow::Result<()> {
     let summary = derive_early_exit(&a.src, &a.out, a.layers, DEFAULT_MAX_SHARD_BYTES)
         .with_context(|| format!("deriving from {}", a.src.display()))?;
-    println!("wrote {} tensors ({} layers) to {}", summary.tensors, a.layers, a.out.display());
+    println!(
+        "wrote {} tensors ({} layers) to {}",
+        summary.tensors,
+        a.layers,
+        a.out.display()
+    );
     Ok(())
 }
 

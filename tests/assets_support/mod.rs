@@ -14,13 +14,22 @@ pub fn cache_dir() -> PathBuf {
         .ancestors()
         .map(|a| a.join(".cache"))
         .find(|p| p.is_dir())
-        .unwrap_or_else(|| panic!("no .cache/ above {}: set TOKENROUTER_CACHE or run `make test`", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|| {
+            panic!(
+                "no .cache/ above {}: set TOKENROUTER_CACHE or run `make test`",
+                env!("CARGO_MANIFEST_DIR")
+            )
+        })
 }
 
 /// A file or directory under the cache that must exist.
 pub fn asset(rel: &str) -> PathBuf {
     let path = cache_dir().join(rel);
-    assert!(path.exists(), "missing test asset {}: run `make test` to fetch it", path.display());
+    assert!(
+        path.exists(),
+        "missing test asset {}: run `make test` to fetch it",
+        path.display()
+    );
     path
 }
 
@@ -34,7 +43,11 @@ pub fn python() -> PathBuf {
     let path = std::env::var_os("TOKENROUTER_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| cache_dir().join("venv/bin/python"));
-    assert!(path.exists(), "missing Python interpreter {}: run `make test` to create the venv", path.display());
+    assert!(
+        path.exists(),
+        "missing Python interpreter {}: run `make test` to create the venv",
+        path.display()
+    );
     path
 }
 
@@ -50,7 +63,15 @@ pub fn check_py(args: &[&dyn AsRef<std::ffi::OsStr>]) -> serde_json::Value {
     let out = cmd.output().expect("spawn python");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "assets_check.py failed ({}):\n{stderr}\n{stdout}", out.status);
-    let last = stdout.lines().last().unwrap_or_else(|| panic!("no output; stderr:\n{stderr}"));
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("bad JSON from assets_check.py ({e}): {last}"))
+    assert!(
+        out.status.success(),
+        "assets_check.py failed ({}):\n{stderr}\n{stdout}",
+        out.status
+    );
+    let last = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no output; stderr:\n{stderr}"));
+    serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("bad JSON from assets_check.py ({e}): {last}"))
 }

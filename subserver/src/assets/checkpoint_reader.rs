@@ -48,8 +48,13 @@ impl Checkpoint {
             let file = File::open(&path).map_err(|e| AssetError::io(&path, e))?;
             // SAFETY: read-only private mapping; the checkpoint is not modified while open.
             let mmap = unsafe { Mmap::map(&file) }.map_err(|e| AssetError::io(&path, e))?;
-            let (header_len, meta) = safetensors::SafeTensors::read_metadata(&mmap)
-                .map_err(|e| AssetError::Safetensors { path: path.clone(), reason: e.to_string() })?;
+            let (header_len, meta) =
+                safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| {
+                    AssetError::Safetensors {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
             let data_start = 8 + header_len;
             for (name, info) in meta.tensors() {
                 let stored = StoredTensor {
@@ -68,7 +73,11 @@ impl Checkpoint {
             }
             shards.push((path, mmap));
         }
-        Ok(Self { dir: dir.to_path_buf(), shards, tensors })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            shards,
+            tensors,
+        })
     }
 
     /// The directory.
@@ -88,25 +97,48 @@ impl Checkpoint {
 
     /// One tensor's dtype, shape and bytes.
     pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>, AssetError> {
-        let t = self.tensors.get(name).ok_or_else(|| AssetError::MissingTensor {
-            name: name.to_string(),
-            path: self.dir.clone(),
-        })?;
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| AssetError::MissingTensor {
+                name: name.to_string(),
+                path: self.dir.clone(),
+            })?;
         let (path, mmap) = &self.shards[t.shard];
-        let dtype = StorageDtype::from_safetensors(t.dtype).ok_or_else(|| AssetError::Safetensors {
-            path: path.clone(),
-            reason: format!("tensor `{name}` has dtype {:?} (only F32, BF16, F16 are handled)", t.dtype),
-        })?;
-        Ok(TensorRef { dtype, shape: &t.shape, bytes: &mmap[t.start..t.end] })
+        let dtype =
+            StorageDtype::from_safetensors(t.dtype).ok_or_else(|| AssetError::Safetensors {
+                path: path.clone(),
+                reason: format!(
+                    "tensor `{name}` has dtype {:?} (only F32, BF16, F16 are handled)",
+                    t.dtype
+                ),
+            })?;
+        Ok(TensorRef {
+            dtype,
+            shape: &t.shape,
+            bytes: &mmap[t.start..t.end],
+        })
     }
 
     /// One tensor converted to f32.
     pub fn to_f32(&self, name: &str) -> Result<Vec<f32>, AssetError> {
         let t = self.tensor(name)?;
         Ok(match t.dtype {
-            StorageDtype::F32 => t.bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            StorageDtype::BF16 => t.bytes.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            StorageDtype::F16 => t.bytes.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+            StorageDtype::F32 => t
+                .bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            StorageDtype::BF16 => t
+                .bytes
+                .chunks_exact(2)
+                .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            StorageDtype::F16 => t
+                .bytes
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
         })
     }
 }
@@ -115,12 +147,16 @@ impl Checkpoint {
 fn shard_files(dir: &Path) -> Result<Vec<PathBuf>, AssetError> {
     let index_path = dir.join(INDEX_FILE);
     if index_path.exists() {
-        let text = std::fs::read_to_string(&index_path).map_err(|e| AssetError::io(&index_path, e))?;
-        let index: serde_json::Value = serde_json::from_str(&text).map_err(|e| AssetError::json(&index_path, e))?;
-        let map = index["weight_map"].as_object().ok_or_else(|| AssetError::InvalidModel {
-            path: index_path.clone(),
-            reason: "`weight_map` is missing or not an object".into(),
-        })?;
+        let text =
+            std::fs::read_to_string(&index_path).map_err(|e| AssetError::io(&index_path, e))?;
+        let index: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| AssetError::json(&index_path, e))?;
+        let map = index["weight_map"]
+            .as_object()
+            .ok_or_else(|| AssetError::InvalidModel {
+                path: index_path.clone(),
+                reason: "`weight_map` is missing or not an object".into(),
+            })?;
         let mut files: Vec<String> = Vec::new();
         for (name, file) in map {
             let file = file.as_str().ok_or_else(|| AssetError::InvalidModel {

@@ -25,7 +25,11 @@ pub struct DeriveSummary {
 
 /// The decoder layer a tensor belongs to, from `model.layers.{i}.`.
 fn layer_of(name: &str) -> Option<usize> {
-    name.strip_prefix("model.layers.")?.split('.').next()?.parse().ok()
+    name.strip_prefix("model.layers.")?
+        .split('.')
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Copies the first `layers` layers of `src` (plus everything outside the
@@ -38,8 +42,12 @@ pub fn derive_early_exit(
 ) -> Result<DeriveSummary, AssetError> {
     let config_path = src.join("config.json");
     let mut raw = read_json(&config_path)?;
-    let cfg: ModelConfig = serde_json::from_value(raw.clone()).map_err(|e| AssetError::json(&config_path, e))?;
-    cfg.validate().map_err(|reason| AssetError::InvalidModel { path: config_path.clone(), reason })?;
+    let cfg: ModelConfig =
+        serde_json::from_value(raw.clone()).map_err(|e| AssetError::json(&config_path, e))?;
+    cfg.validate().map_err(|reason| AssetError::InvalidModel {
+        path: config_path.clone(),
+        reason,
+    })?;
     if layers == 0 || layers > cfg.num_hidden_layers {
         return Err(AssetError::InvalidArgument(format!(
             "--layers {layers}: must be between 1 and the {} layers of {}",
@@ -56,11 +64,19 @@ pub fn derive_early_exit(
         if t.shape != spec.shape.as_slice() {
             return Err(AssetError::TensorShape {
                 tensor: spec.name.clone(),
-                reason: format!("shape {:?} in {}, config implies {:?}", t.shape, src.display(), spec.shape),
+                reason: format!(
+                    "shape {:?} in {}, config implies {:?}",
+                    t.shape,
+                    src.display(),
+                    spec.shape
+                ),
             });
         }
     }
-    let mut names: Vec<&str> = ckpt.names().filter(|n| layer_of(n).is_none_or(|i| i < layers)).collect();
+    let mut names: Vec<&str> = ckpt
+        .names()
+        .filter(|n| layer_of(n).is_none_or(|i| i < layers))
+        .collect();
     // Embedding, then layers in numeric order, then the rest (norm, head).
     names.sort_by_key(|n| match layer_of(n) {
         _ if *n == "model.embed_tokens.weight" => (0, 0, *n),
@@ -71,7 +87,11 @@ pub fn derive_early_exit(
         .iter()
         .map(|n| {
             let t = ckpt.tensor(n)?;
-            Ok(TensorEntry { name: n.to_string(), shape: t.shape.to_vec(), dtype: t.dtype })
+            Ok(TensorEntry {
+                name: n.to_string(),
+                shape: t.shape.to_vec(),
+                dtype: t.dtype,
+            })
         })
         .collect::<Result<Vec<_>, AssetError>>()?;
 
@@ -96,7 +116,11 @@ pub fn derive_early_exit(
     files.push(config_out);
     files.extend(copy_present(src, out, TOKENIZER_FILES)?);
     tracing::info!(src = %src.display(), out = %out.display(), layers, tensors = names.len(), "derived early-exit model");
-    Ok(DeriveSummary { config: derived, tensors: names.len(), files })
+    Ok(DeriveSummary {
+        config: derived,
+        tensors: names.len(),
+        files,
+    })
 }
 
 #[cfg(test)]

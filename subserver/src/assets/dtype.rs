@@ -122,7 +122,10 @@ mod tests {
     #[test]
     fn parses_names_and_rejects_others() {
         assert_eq!("bf16".parse::<StorageDtype>().unwrap(), StorageDtype::BF16);
-        assert_eq!("float16".parse::<StorageDtype>().unwrap(), StorageDtype::F16);
+        assert_eq!(
+            "float16".parse::<StorageDtype>().unwrap(),
+            StorageDtype::F16
+        );
         let err = "int8".parse::<StorageDtype>().unwrap_err();
         assert!(err.to_string().contains("int8"));
     }

@@ -151,12 +151,18 @@ pub enum AssetError {
 impl AssetError {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_path_buf(), source }
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// Wraps a JSON error with the file it concerns.
     pub fn json(path: &Path, source: serde_json::Error) -> Self {
-        Self::Json { path: path.to_path_buf(), source }
+        Self::Json {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// A short stable label for metrics and logs.

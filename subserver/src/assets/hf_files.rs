@@ -40,7 +40,9 @@ pub fn prepare_output_dir(dir: &Path) -> Result<(), AssetError> {
     if dir.exists() {
         let mut entries = std::fs::read_dir(dir).map_err(|e| AssetError::io(dir, e))?;
         if entries.next().is_some() {
-            return Err(AssetError::OutputNotEmpty { path: dir.to_path_buf() });
+            return Err(AssetError::OutputNotEmpty {
+                path: dir.to_path_buf(),
+            });
         }
     }
     std::fs::create_dir_all(dir).map_err(|e| AssetError::io(dir, e))
@@ -62,8 +64,10 @@ pub fn copy_present(src: &Path, dst: &Path, names: &[&str]) -> Result<Vec<PathBu
 
 /// Loads a `tokenizer.json` with the `tokenizers` crate the runtime uses.
 pub fn load_tokenizer(path: &Path) -> Result<tokenizers::Tokenizer, AssetError> {
-    tokenizers::Tokenizer::from_file(path)
-        .map_err(|e| AssetError::Tokenizer { path: path.to_path_buf(), reason: e.to_string() })
+    tokenizers::Tokenizer::from_file(path).map_err(|e| AssetError::Tokenizer {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
 }
 
 /// `generation_config.json` content with the stop and start ids.
@@ -94,6 +98,9 @@ mod tests {
     fn generation_config_lists_ids() {
         let v = generation_config(Some(1), &TokenIds::Many(vec![2, 3]));
         assert_eq!(v, json!({ "bos_token_id": 1, "eos_token_id": [2, 3] }));
-        assert_eq!(generation_config(None, &TokenIds::One(2)), json!({ "eos_token_id": 2 }));
+        assert_eq!(
+            generation_config(None, &TokenIds::One(2)),
+            json!({ "eos_token_id": 2 })
+        );
     }
 }

@@ -67,14 +67,21 @@ pub struct CheckpointWriter {
 
 impl CheckpointWriter {
     /// Plans the shards; files are created as their first tensor begins.
-    pub fn create(dir: &Path, plan: Vec<TensorEntry>, max_shard_bytes: u64) -> Result<Self, AssetError> {
+    pub fn create(
+        dir: &Path,
+        plan: Vec<TensorEntry>,
+        max_shard_bytes: u64,
+    ) -> Result<Self, AssetError> {
         if plan.is_empty() {
             return Err(AssetError::WriterOrder("no tensors to write".into()));
         }
         let mut seen = HashSet::new();
         for t in &plan {
             if !seen.insert(t.name.as_str()) {
-                return Err(AssetError::WriterOrder(format!("tensor `{}` planned twice", t.name)));
+                return Err(AssetError::WriterOrder(format!(
+                    "tensor `{}` planned twice",
+                    t.name
+                )));
             }
         }
         // Greedy split in plan order; a tensor larger than the limit gets a shard of its own.
@@ -182,8 +189,13 @@ impl CheckpointWriter {
                 bytes.len()
             )));
         }
-        let open = self.open.as_mut().ok_or_else(|| AssetError::WriterOrder("no open shard".into()))?;
-        open.out.write_all(bytes).map_err(|e| AssetError::io(&open.path, e))?;
+        let open = self
+            .open
+            .as_mut()
+            .ok_or_else(|| AssetError::WriterOrder("no open shard".into()))?;
+        open.out
+            .write_all(bytes)
+            .map_err(|e| AssetError::io(&open.path, e))?;
         self.remaining = Some(left - bytes.len() as u64);
         Ok(())
     }
@@ -226,7 +238,11 @@ impl CheckpointWriter {
             )));
         }
         self.close_open()?;
-        let mut files: Vec<PathBuf> = self.shards.iter().map(|s| self.dir.join(&s.file_name)).collect();
+        let mut files: Vec<PathBuf> = self
+            .shards
+            .iter()
+            .map(|s| self.dir.join(&s.file_name))
+            .collect();
         if self.shards.len() > 1 {
             let weight_map: BTreeMap<&str, &str> = self
                 .plan
@@ -259,8 +275,13 @@ impl CheckpointWriter {
 
     fn close_open(&mut self) -> Result<(), AssetError> {
         if let Some(mut open) = self.open.take() {
-            open.out.flush().map_err(|e| AssetError::io(&open.path, e))?;
-            open.out.get_ref().sync_all().map_err(|e| AssetError::io(&open.path, e))?;
+            open.out
+                .flush()
+                .map_err(|e| AssetError::io(&open.path, e))?;
+            open.out
+                .get_ref()
+                .sync_all()
+                .map_err(|e| AssetError::io(&open.path, e))?;
         }
         Ok(())
     }
@@ -295,7 +316,11 @@ mod tests {
     use crate::assets::checkpoint_reader::Checkpoint;
 
     fn entry(name: &str, shape: &[usize], dtype: StorageDtype) -> TensorEntry {
-        TensorEntry { name: name.into(), shape: shape.to_vec(), dtype }
+        TensorEntry {
+            name: name.into(),
+            shape: shape.to_vec(),
+            dtype,
+        }
     }
 
     #[test]
@@ -347,10 +372,22 @@ mod tests {
         let index: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.path().join(INDEX_FILE)).unwrap()).unwrap();
         assert_eq!(index["metadata"]["total_size"], 4 * (6 + 6 + 20 + 2));
-        assert_eq!(index["weight_map"]["t0"], "model-00001-of-00003.safetensors");
-        assert_eq!(index["weight_map"]["t1"], "model-00001-of-00003.safetensors");
-        assert_eq!(index["weight_map"]["big"], "model-00002-of-00003.safetensors");
-        assert_eq!(index["weight_map"]["t3"], "model-00003-of-00003.safetensors");
+        assert_eq!(
+            index["weight_map"]["t0"],
+            "model-00001-of-00003.safetensors"
+        );
+        assert_eq!(
+            index["weight_map"]["t1"],
+            "model-00001-of-00003.safetensors"
+        );
+        assert_eq!(
+            index["weight_map"]["big"],
+            "model-00002-of-00003.safetensors"
+        );
+        assert_eq!(
+            index["weight_map"]["t3"],
+            "model-00003-of-00003.safetensors"
+        );
         let ck = Checkpoint::open(dir.path()).unwrap();
         assert_eq!(ck.to_f32("t3").unwrap(), [0., 1.]);
         assert_eq!(ck.names().count(), 4);
@@ -359,13 +396,28 @@ mod tests {
     #[test]
     fn misuse_is_reported_not_silently_written() {
         let dir = tempfile::tempdir().unwrap();
-        let plan = vec![entry("a", &[2], StorageDtype::F32), entry("b", &[1], StorageDtype::F32)];
+        let plan = vec![
+            entry("a", &[2], StorageDtype::F32),
+            entry("b", &[1], StorageDtype::F32),
+        ];
         let mut w = CheckpointWriter::create(dir.path(), plan.clone(), 1 << 20).unwrap();
-        assert!(w.begin("b").unwrap_err().to_string().contains("expected tensor `a`"));
+        assert!(w
+            .begin("b")
+            .unwrap_err()
+            .to_string()
+            .contains("expected tensor `a`"));
         w.begin("a").unwrap();
         w.write_f32(&[1.0]).unwrap();
-        assert!(w.begin("b").unwrap_err().to_string().contains("still needs 4 bytes"));
-        assert!(w.write_f32(&[1.0, 2.0]).unwrap_err().to_string().contains("only 4 left"));
+        assert!(w
+            .begin("b")
+            .unwrap_err()
+            .to_string()
+            .contains("still needs 4 bytes"));
+        assert!(w
+            .write_f32(&[1.0, 2.0])
+            .unwrap_err()
+            .to_string()
+            .contains("only 4 left"));
         w.write_f32(&[2.0]).unwrap();
         let err = w.finish().unwrap_err().to_string();
         assert!(err.contains("1 of 2") && err.contains("`b`"), "{err}");

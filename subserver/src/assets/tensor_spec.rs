@@ -67,15 +67,29 @@ impl TensorSpec {
     }
 
     fn linear(name: String, out: usize, inp: usize) -> Self {
-        Self { name, shape: vec![out, inp], init: InitKind::Normal { std: 1.0 / (inp as f32).sqrt() } }
+        Self {
+            name,
+            shape: vec![out, inp],
+            init: InitKind::Normal {
+                std: 1.0 / (inp as f32).sqrt(),
+            },
+        }
     }
 
     fn norm(name: String, width: usize) -> Self {
-        Self { name, shape: vec![width], init: InitKind::OnePlusNormal { std: 0.1 } }
+        Self {
+            name,
+            shape: vec![width],
+            init: InitKind::OnePlusNormal { std: 0.1 },
+        }
     }
 
     fn bias(name: String, width: usize) -> Self {
-        Self { name, shape: vec![width], init: InitKind::Zeros }
+        Self {
+            name,
+            shape: vec![width],
+            init: InitKind::Zeros,
+        }
     }
 }
 
@@ -110,27 +124,73 @@ pub fn tensor_specs(cfg: &ModelConfig) -> Vec<TensorSpec> {
     }];
     for i in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{i}");
-        specs.push(TensorSpec::norm(format!("{p}.input_layernorm.weight"), hidden));
-        specs.push(TensorSpec::linear(format!("{p}.self_attn.q_proj.weight"), q_out, hidden));
-        specs.push(TensorSpec::linear(format!("{p}.self_attn.k_proj.weight"), kv_out, hidden));
-        specs.push(TensorSpec::linear(format!("{p}.self_attn.v_proj.weight"), kv_out, hidden));
+        specs.push(TensorSpec::norm(
+            format!("{p}.input_layernorm.weight"),
+            hidden,
+        ));
+        specs.push(TensorSpec::linear(
+            format!("{p}.self_attn.q_proj.weight"),
+            q_out,
+            hidden,
+        ));
+        specs.push(TensorSpec::linear(
+            format!("{p}.self_attn.k_proj.weight"),
+            kv_out,
+            hidden,
+        ));
+        specs.push(TensorSpec::linear(
+            format!("{p}.self_attn.v_proj.weight"),
+            kv_out,
+            hidden,
+        ));
         if qkv_bias {
-            specs.push(TensorSpec::bias(format!("{p}.self_attn.q_proj.bias"), q_out));
-            specs.push(TensorSpec::bias(format!("{p}.self_attn.k_proj.bias"), kv_out));
-            specs.push(TensorSpec::bias(format!("{p}.self_attn.v_proj.bias"), kv_out));
+            specs.push(TensorSpec::bias(
+                format!("{p}.self_attn.q_proj.bias"),
+                q_out,
+            ));
+            specs.push(TensorSpec::bias(
+                format!("{p}.self_attn.k_proj.bias"),
+                kv_out,
+            ));
+            specs.push(TensorSpec::bias(
+                format!("{p}.self_attn.v_proj.bias"),
+                kv_out,
+            ));
         }
-        specs.push(TensorSpec::linear(format!("{p}.self_attn.o_proj.weight"), hidden, q_out));
+        specs.push(TensorSpec::linear(
+            format!("{p}.self_attn.o_proj.weight"),
+            hidden,
+            q_out,
+        ));
         if cfg.attention_bias {
-            specs.push(TensorSpec::bias(format!("{p}.self_attn.o_proj.bias"), hidden));
+            specs.push(TensorSpec::bias(
+                format!("{p}.self_attn.o_proj.bias"),
+                hidden,
+            ));
         }
         if arch == Architecture::Qwen3 {
             specs.push(TensorSpec::norm(format!("{p}.self_attn.q_norm.weight"), hd));
             specs.push(TensorSpec::norm(format!("{p}.self_attn.k_norm.weight"), hd));
         }
-        specs.push(TensorSpec::norm(format!("{p}.post_attention_layernorm.weight"), hidden));
-        specs.push(TensorSpec::linear(format!("{p}.mlp.gate_proj.weight"), inter, hidden));
-        specs.push(TensorSpec::linear(format!("{p}.mlp.up_proj.weight"), inter, hidden));
-        specs.push(TensorSpec::linear(format!("{p}.mlp.down_proj.weight"), hidden, inter));
+        specs.push(TensorSpec::norm(
+            format!("{p}.post_attention_layernorm.weight"),
+            hidden,
+        ));
+        specs.push(TensorSpec::linear(
+            format!("{p}.mlp.gate_proj.weight"),
+            inter,
+            hidden,
+        ));
+        specs.push(TensorSpec::linear(
+            format!("{p}.mlp.up_proj.weight"),
+            inter,
+            hidden,
+        ));
+        specs.push(TensorSpec::linear(
+            format!("{p}.mlp.down_proj.weight"),
+            hidden,
+            inter,
+        ));
     }
     specs.push(TensorSpec::norm("model.norm.weight".into(), hidden));
     if !cfg.tie_word_embeddings {
@@ -165,7 +225,12 @@ mod tests {
         assert_eq!(get("model.layers.1.self_attn.k_proj.weight").shape, [8, 8]);
         assert_eq!(get("model.layers.1.self_attn.o_proj.weight").shape, [8, 16]);
         assert_eq!(get("model.layers.0.self_attn.k_norm.weight").shape, [4]);
-        assert_eq!(get("model.layers.0.mlp.down_proj.weight").init, InitKind::Normal { std: 1.0 / 12f32.sqrt() });
+        assert_eq!(
+            get("model.layers.0.mlp.down_proj.weight").init,
+            InitKind::Normal {
+                std: 1.0 / 12f32.sqrt()
+            }
+        );
         assert_eq!(get("lm_head.weight").shape, [10, 8]);
     }
 
@@ -173,9 +238,16 @@ mod tests {
     fn llama_tied_plan_has_no_head_and_qwen2_has_biases() {
         let specs = tensor_specs(&cfg("LlamaForCausalLM", true));
         assert_eq!(specs.len(), 1 + 2 * 9 + 1);
-        assert!(!specs.iter().any(|s| s.name == "lm_head.weight" || s.name.contains("q_norm")));
+        assert!(!specs
+            .iter()
+            .any(|s| s.name == "lm_head.weight" || s.name.contains("q_norm")));
         let specs = tensor_specs(&cfg("Qwen2ForCausalLM", true));
-        assert!(specs.iter().any(|s| s.name == "model.layers.1.self_attn.v_proj.bias" && s.init == InitKind::Zeros));
+        assert!(
+            specs
+                .iter()
+                .any(|s| s.name == "model.layers.1.self_attn.v_proj.bias"
+                    && s.init == InitKind::Zeros)
+        );
     }
 
     #[test]

@@ -104,7 +104,10 @@ mod tests {
         assert_eq!(c.u32("a").unwrap(), 1);
         let err = c.u32("key `foo`").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("key `foo`") && msg.contains("4..8") && msg.contains("has 6"), "{msg}");
+        assert!(
+            msg.contains("key `foo`") && msg.contains("4..8") && msg.contains("has 6"),
+            "{msg}"
+        );
         assert_eq!(c.u16("b").unwrap(), 2);
     }
 
@@ -113,6 +116,9 @@ mod tests {
         let mut bytes = 1000u64.to_le_bytes().to_vec();
         bytes.extend_from_slice(b"abc");
         let mut c = Cursor::new(Path::new("x"), &bytes);
-        assert!(matches!(c.string("name").unwrap_err(), AssetError::Truncated { .. }));
+        assert!(matches!(
+            c.string("name").unwrap_err(),
+            AssetError::Truncated { .. }
+        ));
     }
 }

@@ -27,7 +27,12 @@ pub fn is_dequantizable(ty: GgmlType) -> bool {
 
 /// Dequantizes `n` weights of type `ty` stored in `bytes`. `tensor` names the
 /// tensor in errors (unsupported type, size mismatch).
-pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize, tensor: &str) -> Result<Vec<f32>, AssetError> {
+pub fn dequantize(
+    ty: GgmlType,
+    bytes: &[u8],
+    n: usize,
+    tensor: &str,
+) -> Result<Vec<f32>, AssetError> {
     let unsupported = || AssetError::UnsupportedTensorType {
         tensor: tensor.to_string(),
         ggml_type: ty.name(),
@@ -48,10 +53,13 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize, tensor: &str) -> Result<
         _ => return Err(unsupported()),
     };
     let (block, block_bytes) = ty.block_layout().ok_or_else(unsupported)?;
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return Err(AssetError::TensorShape {
             tensor: tensor.to_string(),
-            reason: format!("{n} weights is not a multiple of the {} block size {block}", ty.name()),
+            reason: format!(
+                "{n} weights is not a multiple of the {} block size {block}",
+                ty.name()
+            ),
         });
     }
     let expected = n / block * block_bytes;
@@ -66,7 +74,10 @@ pub fn dequantize(ty: GgmlType, bytes: &[u8], n: usize, tensor: &str) -> Result<
         });
     }
     let mut out = vec![0f32; n];
-    for (src, dst) in bytes.chunks_exact(block_bytes).zip(out.chunks_exact_mut(block)) {
+    for (src, dst) in bytes
+        .chunks_exact(block_bytes)
+        .zip(out.chunks_exact_mut(block))
+    {
         block_fn(src, dst);
     }
     Ok(out)
@@ -252,7 +263,11 @@ mod tests {
         assert_eq!(deq(GgmlType::F32, &b, 2), [1.5, -2.0]);
         let b = [h(0.5), h(-3.0)].concat();
         assert_eq!(deq(GgmlType::F16, &b, 2), [0.5, -3.0]);
-        let b = [bf16::from_f32(2.0).to_le_bytes(), bf16::from_f32(-0.25).to_le_bytes()].concat();
+        let b = [
+            bf16::from_f32(2.0).to_le_bytes(),
+            bf16::from_f32(-0.25).to_le_bytes(),
+        ]
+        .concat();
         assert_eq!(deq(GgmlType::BF16, &b, 2), [2.0, -0.25]);
     }
 
@@ -284,10 +299,13 @@ mod tests {
     fn q5_0_and_q5_1_use_the_fifth_bit() {
         // qh bit j set for even j (weights 0..16) and bit 16+j set for j < 8
         // (weights 16..24); all nibbles 3.
-        let qh: u32 = (0..16).filter(|j| j % 2 == 0).map(|j| 1u32 << j).sum::<u32>()
+        let qh: u32 = (0..16)
+            .filter(|j| j % 2 == 0)
+            .map(|j| 1u32 << j)
+            .sum::<u32>()
             | (0..8).map(|j| 1u32 << (16 + j)).sum::<u32>();
         let expected_q = |i: usize| -> i32 {
-            let fifth = if i < 16 { i % 2 == 0 } else { i < 24 };
+            let fifth = if i < 16 { i.is_multiple_of(2) } else { i < 24 };
             3 + if fifth { 16 } else { 0 }
         };
         let mut b = h(0.25).to_vec();
@@ -354,12 +372,12 @@ mod tests {
             b.extend((0..32u8).map(|l| (l % 16) | (g << 4)));
         }
         let y = deq(GgmlType::Q4_K, &b, 256);
-        for i in 0..256 {
+        for (i, got) in y.iter().enumerate() {
             let (g, r) = (i / 64, i % 64);
             let sub = 2 * g + r / 32;
             let q = if r < 32 { (r % 16) as f32 } else { g as f32 };
             let want = d * sc[sub] as f32 * q - dmin * mn[sub] as f32;
-            assert_eq!(y[i], want, "weight {i}");
+            assert_eq!(*got, want, "weight {i}");
         }
     }
 
@@ -379,7 +397,7 @@ mod tests {
             b.extend((0..32u8).map(|l| (l % 16) | ((15 - l % 16) << 4)));
         }
         let y = deq(GgmlType::Q5_K, &b, 256);
-        for i in 0..256 {
+        for (i, got) in y.iter().enumerate() {
             let (g, r) = (i / 64, i % 64);
             let (l, upper) = (r % 32, r >= 32);
             let sub = 2 * g + usize::from(upper);
@@ -387,7 +405,7 @@ mod tests {
             let bit = 2 * g + usize::from(upper);
             let q = low4 + if qh[l] & (1 << bit) != 0 { 16 } else { 0 };
             let want = d * sc[sub] as f32 * q as f32 - dmin * mn[sub] as f32;
-            assert_eq!(y[i], want, "weight {i}");
+            assert_eq!(*got, want, "weight {i}");
         }
     }
 
@@ -400,32 +418,43 @@ mod tests {
         for half in 0..2 {
             for l in 0..32 {
                 let base = 128 * half;
-                let (c1, c2, c3, c4) =
-                    (code(base + l), code(base + l + 32), code(base + l + 64), code(base + l + 96));
+                let (c1, c2, c3, c4) = (
+                    code(base + l),
+                    code(base + l + 32),
+                    code(base + l + 64),
+                    code(base + l + 96),
+                );
                 ql[64 * half + l] = (c1 & 0x0f) | ((c3 & 0x0f) << 4);
                 ql[64 * half + l + 32] = (c2 & 0x0f) | ((c4 & 0x0f) << 4);
-                qh[32 * half + l] = (c1 >> 4) | ((c2 >> 4) << 2) | ((c3 >> 4) << 4) | ((c4 >> 4) << 6);
+                qh[32 * half + l] =
+                    (c1 >> 4) | ((c2 >> 4) << 2) | ((c3 >> 4) << 4) | ((c4 >> 4) << 6);
             }
         }
-        let scales: [i8; 16] = [1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12, 13, -14, 15, -16];
+        let scales: [i8; 16] = [
+            1, -2, 3, -4, 5, -6, 7, -8, 9, -10, 11, -12, 13, -14, 15, -16,
+        ];
         let d = 0.125f32;
         let mut b = ql.to_vec();
         b.extend_from_slice(&qh);
         b.extend(scales.iter().map(|s| *s as u8));
         b.extend_from_slice(&h(d));
         let y = deq(GgmlType::Q6_K, &b, 256);
-        for i in 0..256 {
+        for (i, got) in y.iter().enumerate() {
             // Weights are in runs of 16 sharing a scale, in order.
             let want = d * scales[i / 16] as f32 * (code(i) as i32 - 32) as f32;
-            assert_eq!(y[i], want, "weight {i}");
+            assert_eq!(*got, want, "weight {i}");
         }
     }
 
     #[test]
     fn unsupported_type_names_tensor_and_type() {
-        let err = dequantize(GgmlType::from_id(20), &[0; 18], 32, "blk.3.ffn_up.weight").unwrap_err();
+        let err =
+            dequantize(GgmlType::from_id(20), &[0; 18], 32, "blk.3.ffn_up.weight").unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("blk.3.ffn_up.weight") && msg.contains("IQ4_NL"), "{msg}");
+        assert!(
+            msg.contains("blk.3.ffn_up.weight") && msg.contains("IQ4_NL"),
+            "{msg}"
+        );
         assert_eq!(err.error_type(), "unsupported_tensor_type");
         let err = dequantize(GgmlType::Q2_K, &[0; 84], 256, "x").unwrap_err();
         assert!(err.to_string().contains("Q2_K"));
@@ -434,7 +463,10 @@ mod tests {
     #[test]
     fn size_mismatch_is_an_error() {
         let err = dequantize(GgmlType::Q8_0, &[0; 33], 32, "tok").unwrap_err();
-        assert!(err.to_string().contains("tok") && err.to_string().contains("34"), "{err}");
+        assert!(
+            err.to_string().contains("tok") && err.to_string().contains("34"),
+            "{err}"
+        );
         let err = dequantize(GgmlType::Q8_0, &[0; 34], 31, "tok").unwrap_err();
         assert!(err.to_string().contains("block size 32"), "{err}");
     }

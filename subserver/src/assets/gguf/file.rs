@@ -70,12 +70,18 @@ impl GgufHeader {
         if magic != MAGIC {
             let mut found = [0u8; 4];
             found.copy_from_slice(magic);
-            return Err(AssetError::BadMagic { path: path.to_path_buf(), found });
+            return Err(AssetError::BadMagic {
+                path: path.to_path_buf(),
+                found,
+            });
         }
         let version = cur.u32("version")?;
         // v1 used 32-bit counts; a byte-swapped version means a big-endian file.
         if version != 2 && version != 3 {
-            return Err(AssetError::UnsupportedVersion { path: path.to_path_buf(), version });
+            return Err(AssetError::UnsupportedVersion {
+                path: path.to_path_buf(),
+                version,
+            });
         }
         let n_tensors = cur.u64("tensor count")?;
         let n_kv = cur.u64("metadata count")?;
@@ -97,17 +103,37 @@ impl GgufHeader {
             if n_dims == 0 || n_dims > MAX_DIMS {
                 return Err(AssetError::InvalidGguf {
                     path: path.to_path_buf(),
-                    reason: format!("tensor `{name}` has {n_dims} dimensions (1..={MAX_DIMS} allowed)"),
+                    reason: format!(
+                        "tensor `{name}` has {n_dims} dimensions (1..={MAX_DIMS} allowed)"
+                    ),
                 });
             }
-            let dims = (0..n_dims).map(|_| cur.u64(&what)).collect::<Result<Vec<_>, _>>()?;
+            let dims = (0..n_dims)
+                .map(|_| cur.u64(&what))
+                .collect::<Result<Vec<_>, _>>()?;
             let ggml_type = GgmlType::from_id(cur.u32(&what)?);
             let offset = cur.u64(&what)?;
-            tensors.push(GgufTensorInfo { name, dims, ggml_type, offset });
+            tensors.push(GgufTensorInfo {
+                name,
+                dims,
+                ggml_type,
+                offset,
+            });
         }
 
-        let index = metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
-        let mut header = Self { version, metadata, tensors, alignment: DEFAULT_ALIGNMENT, data_start: 0, index };
+        let index = metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
+        let mut header = Self {
+            version,
+            metadata,
+            tensors,
+            alignment: DEFAULT_ALIGNMENT,
+            data_start: 0,
+            index,
+        };
         header.alignment = match header.get("general.alignment") {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_u64() {
@@ -128,7 +154,7 @@ impl GgufHeader {
     /// Every tensor must start aligned and end inside the file.
     fn check_tensor_ranges(&self, path: &Path, file_len: u64) -> Result<(), AssetError> {
         for t in &self.tensors {
-            if t.offset % self.alignment != 0 {
+            if !t.offset.is_multiple_of(self.alignment) {
                 return Err(AssetError::InvalidGguf {
                     path: path.to_path_buf(),
                     reason: format!(
@@ -138,7 +164,9 @@ impl GgufHeader {
                 });
             }
             // Types of unknown layout are checked when converted (and rejected there).
-            let Some(len) = t.ggml_type.byte_len(t.n_elements()) else { continue };
+            let Some(len) = t.ggml_type.byte_len(t.n_elements()) else {
+                continue;
+            };
             let start = self.data_start.saturating_add(t.offset);
             let end = start.saturating_add(len);
             if end > file_len {
@@ -200,10 +228,11 @@ impl GgufHeader {
         expected: &str,
         f: impl Fn(&'a MetadataValue) -> Option<T>,
     ) -> Result<T, AssetError> {
-        self.optional(key, expected, f)?.ok_or_else(|| AssetError::Metadata {
-            key: key.to_string(),
-            reason: "missing".to_string(),
-        })
+        self.optional(key, expected, f)?
+            .ok_or_else(|| AssetError::Metadata {
+                key: key.to_string(),
+                reason: "missing".to_string(),
+            })
     }
 
     fn optional<'a, T>(
@@ -237,7 +266,11 @@ impl GgufFile {
         // every GGUF reader we assume the file is not modified while open.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| AssetError::io(path, e))?;
         let header = GgufHeader::parse(path, &mmap)?;
-        Ok(Self { path: path.to_path_buf(), mmap, header })
+        Ok(Self {
+            path: path.to_path_buf(),
+            mmap,
+            header,
+        })
     }
 
     /// The file's path.
@@ -300,7 +333,10 @@ mod tests {
 
     fn sample() -> GgufBuilder {
         let mut b = GgufBuilder::new(3);
-        b.kv("general.architecture", MetadataValue::String("llama".into()));
+        b.kv(
+            "general.architecture",
+            MetadataValue::String("llama".into()),
+        );
         b.kv("a.u8", MetadataValue::U8(7));
         b.kv("a.i8", MetadataValue::I8(-7));
         b.kv("a.u16", MetadataValue::U16(700));
@@ -314,7 +350,10 @@ mod tests {
         b.kv("a.f64", MetadataValue::F64(-0.25));
         b.kv(
             "a.strings",
-            MetadataValue::Array(vec![MetadataValue::String("x".into()), MetadataValue::String("yz".into())]),
+            MetadataValue::Array(vec![
+                MetadataValue::String("x".into()),
+                MetadataValue::String("yz".into()),
+            ]),
         );
         b.kv(
             "a.nested",
@@ -351,7 +390,10 @@ mod tests {
         let v = h.tensor("v").unwrap();
         assert_eq!(v.offset % 64, 0);
         let data = tensor_bytes(Path::new("s"), &h, &bytes, v).unwrap();
-        assert_eq!(dequantize(v.ggml_type, data, 4, "v").unwrap(), [9., 8., 7., 6.]);
+        assert_eq!(
+            dequantize(v.ggml_type, data, 4, "v").unwrap(),
+            [9., 8., 7., 6.]
+        );
     }
 
     #[test]
@@ -360,7 +402,11 @@ mod tests {
         let h = GgufHeader::parse(Path::new("s.gguf"), &bytes).unwrap();
         let err = h.u64("a.bool").unwrap_err().to_string();
         assert!(err.contains("a.bool") && err.contains("bool"), "{err}");
-        assert!(h.str("absent.key").unwrap_err().to_string().contains("absent.key"));
+        assert!(h
+            .str("absent.key")
+            .unwrap_err()
+            .to_string()
+            .contains("absent.key"));
         assert_eq!(h.opt_u64("absent.key").unwrap(), None);
     }
 
@@ -368,7 +414,12 @@ mod tests {
     fn version_2_parses() {
         let mut b = sample();
         b.version = 2;
-        assert_eq!(GgufHeader::parse(Path::new("s"), &b.build()).unwrap().version, 2);
+        assert_eq!(
+            GgufHeader::parse(Path::new("s"), &b.build())
+                .unwrap()
+                .version,
+            2
+        );
     }
 
     #[test]
@@ -385,7 +436,10 @@ mod tests {
         let mut bytes = sample().build();
         bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
         let err = GgufHeader::parse(Path::new("v.gguf"), &bytes).unwrap_err();
-        assert!(matches!(err, AssetError::UnsupportedVersion { version: 1, .. }), "{err}");
+        assert!(
+            matches!(err, AssetError::UnsupportedVersion { version: 1, .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -4,14 +4,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::dequant::is_dequantizable;
-#[cfg(test)]
-use super::value::MetadataValue;
 use super::file::{GgufFile, GgufTensorInfo};
 use super::ggml_type::SUPPORTED_TYPES;
 use super::llama_config::llama_config;
 use super::permute::unpermute_rows;
 use super::tensor_names::{map_llama_name, RotaryRows};
 use super::tokenizer_json::tokenizer_files;
+#[cfg(test)]
+use super::value::MetadataValue;
 use crate::assets::dtype::StorageDtype;
 use crate::assets::hf_files::{load_tokenizer, prepare_output_dir, write_json};
 use crate::assets::progress::bytes_bar;
@@ -31,7 +31,10 @@ pub struct ImportOptions {
 
 impl Default for ImportOptions {
     fn default() -> Self {
-        Self { dtype: StorageDtype::F32, max_shard_bytes: DEFAULT_MAX_SHARD_BYTES }
+        Self {
+            dtype: StorageDtype::F32,
+            max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+        }
     }
 }
 
@@ -55,7 +58,11 @@ struct Source<'a> {
 /// Converts `file` into `out_dir` (created; must be empty if it exists).
 /// Everything is validated (names, types, shapes against the config) before
 /// anything is written.
-pub fn import_gguf(file: &Path, out_dir: &Path, opts: &ImportOptions) -> Result<ImportSummary, AssetError> {
+pub fn import_gguf(
+    file: &Path,
+    out_dir: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportSummary, AssetError> {
     let gguf = GgufFile::open(file)?;
     let header = gguf.header();
     let tied = header.tensor("output.weight").is_none();
@@ -81,19 +88,29 @@ pub fn import_gguf(file: &Path, out_dir: &Path, opts: &ImportOptions) -> Result<
     }
     let specs = tensor_specs(&cfg);
     for spec in &specs {
-        let src = sources.get(&spec.name).ok_or_else(|| AssetError::MissingTensor {
-            name: spec.name.clone(),
-            path: file.to_path_buf(),
-        })?;
+        let src = sources
+            .get(&spec.name)
+            .ok_or_else(|| AssetError::MissingTensor {
+                name: spec.name.clone(),
+                path: file.to_path_buf(),
+            })?;
         if src.info.shape() != spec.shape {
             return Err(AssetError::TensorShape {
                 tensor: src.info.name.clone(),
-                reason: format!("shape {:?}, but the metadata implies {:?}", src.info.shape(), spec.shape),
+                reason: format!(
+                    "shape {:?}, but the metadata implies {:?}",
+                    src.info.shape(),
+                    spec.shape
+                ),
             });
         }
     }
     if sources.len() != specs.len() {
-        let extra = sources.keys().find(|k| !specs.iter().any(|s| &s.name == *k)).cloned().unwrap_or_default();
+        let extra = sources
+            .keys()
+            .find(|k| !specs.iter().any(|s| &s.name == *k))
+            .cloned()
+            .unwrap_or_default();
         return Err(AssetError::UnmappedTensor {
             tensor: sources[&extra].info.name.clone(),
             reason: format!("maps to `{extra}`, which the config does not use"),
@@ -103,7 +120,11 @@ pub fn import_gguf(file: &Path, out_dir: &Path, opts: &ImportOptions) -> Result<
     prepare_output_dir(out_dir)?;
     let plan = specs
         .iter()
-        .map(|s| TensorEntry { name: s.name.clone(), shape: s.shape.clone(), dtype: opts.dtype })
+        .map(|s| TensorEntry {
+            name: s.name.clone(),
+            shape: s.shape.clone(),
+            dtype: opts.dtype,
+        })
         .collect();
     let mut writer = CheckpointWriter::create(out_dir, plan, opts.max_shard_bytes)?;
     let bar = bytes_bar(writer.total_bytes(), "import-gguf");
@@ -117,8 +138,12 @@ pub fn import_gguf(file: &Path, out_dir: &Path, opts: &ImportOptions) -> Result<
         };
         if let Some(heads) = heads {
             let (rows, cols) = (spec.shape[0], spec.shape[1]);
-            values = unpermute_rows(&values, rows, cols, heads)
-                .map_err(|reason| AssetError::TensorShape { tensor: src.info.name.clone(), reason })?;
+            values = unpermute_rows(&values, rows, cols, heads).map_err(|reason| {
+                AssetError::TensorShape {
+                    tensor: src.info.name.clone(),
+                    reason,
+                }
+            })?;
         }
         writer.write_tensor_f32(&spec.name, &values)?;
         bar.inc(values.len() as u64 * opts.dtype.size() as u64);
@@ -127,7 +152,11 @@ pub fn import_gguf(file: &Path, out_dir: &Path, opts: &ImportOptions) -> Result<
     bar.finish_and_clear();
 
     let named = [
-        ("config.json", serde_json::to_value(&cfg).map_err(|e| AssetError::json(&out_dir.join("config.json"), e))?),
+        (
+            "config.json",
+            serde_json::to_value(&cfg)
+                .map_err(|e| AssetError::json(&out_dir.join("config.json"), e))?,
+        ),
         ("tokenizer.json", tok.tokenizer),
         ("tokenizer_config.json", tok.tokenizer_config),
         ("generation_config.json", tok.generation_config),
@@ -146,17 +175,21 @@ pub fn import_gguf(file: &Path, out_dir: &Path, opts: &ImportOptions) -> Result<
         dtype = %opts.dtype,
         "imported GGUF"
     );
-    Ok(ImportSummary { config: cfg, tensors: specs.len(), files })
+    Ok(ImportSummary {
+        config: cfg,
+        tensors: specs.len(),
+        files,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::ggml_type::GgmlType;
-    use super::super::test_file::{tiny_llama, FIXTURE_VOCAB};
+    use super::super::test_file::{tiny_llama, ExpectedTensors, FIXTURE_VOCAB};
     use super::*;
     use crate::assets::checkpoint_reader::Checkpoint;
 
-    fn write_fixture(tied: bool) -> (tempfile::TempDir, PathBuf, Vec<(String, Vec<usize>, Vec<f32>)>) {
+    fn write_fixture(tied: bool) -> (tempfile::TempDir, PathBuf, ExpectedTensors) {
         let dir = tempfile::tempdir().unwrap();
         let (b, expected) = tiny_llama(tied);
         let path = dir.path().join("tiny.gguf");
@@ -180,13 +213,23 @@ mod tests {
             }
             let cfg = ModelConfig::from_file(&out.join("config.json")).unwrap();
             assert_eq!(cfg.tie_word_embeddings, tied);
-            assert_eq!((cfg.vocab_size, cfg.num_hidden_layers, cfg.kv_heads()), (FIXTURE_VOCAB, 2, 1));
+            assert_eq!(
+                (cfg.vocab_size, cfg.num_hidden_layers, cfg.kv_heads()),
+                (FIXTURE_VOCAB, 2, 1)
+            );
             assert_eq!(cfg.torch_dtype.as_deref(), Some("float32"));
-            let gen: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(out.join("generation_config.json")).unwrap()).unwrap();
-            assert_eq!(gen, serde_json::json!({ "bos_token_id": 1, "eos_token_id": 2 }));
-            let tc: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(out.join("tokenizer_config.json")).unwrap()).unwrap();
+            let gen: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(out.join("generation_config.json")).unwrap(),
+            )
+            .unwrap();
+            assert_eq!(
+                gen,
+                serde_json::json!({ "bos_token_id": 1, "eos_token_id": 2 })
+            );
+            let tc: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(out.join("tokenizer_config.json")).unwrap(),
+            )
+            .unwrap();
             assert_eq!(tc["eos_token"], "<|im_end|>");
             assert_eq!(tc["model_max_length"], 256);
             assert!(tc["chat_template"].as_str().unwrap().contains("messages"));
@@ -197,7 +240,10 @@ mod tests {
     fn bf16_output_rounds_each_value() {
         let (dir, gguf, expected) = write_fixture(true);
         let out = dir.path().join("hf");
-        let opts = ImportOptions { dtype: StorageDtype::BF16, ..ImportOptions::default() };
+        let opts = ImportOptions {
+            dtype: StorageDtype::BF16,
+            ..ImportOptions::default()
+        };
         import_gguf(&gguf, &out, &opts).unwrap();
         let ckpt = Checkpoint::open(&out).unwrap();
         let (name, _, values) = &expected[1];
@@ -211,13 +257,20 @@ mod tests {
         let (dir, _, _) = write_fixture(true);
         let (mut b, _) = tiny_llama(true);
         // 64x32 weights as IQ4_NL (id 20): 18 bytes per 32 weights.
-        b.replace_tensor("blk.1.ffn_up.weight", GgmlType::from_id(20), vec![0; 64 * 18]);
+        b.replace_tensor(
+            "blk.1.ffn_up.weight",
+            GgmlType::from_id(20),
+            vec![0; 64 * 18],
+        );
         let path = dir.path().join("iq.gguf");
         std::fs::write(&path, b.build()).unwrap();
         let out = dir.path().join("hf");
         let err = import_gguf(&path, &out, &ImportOptions::default()).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("blk.1.ffn_up.weight") && msg.contains("IQ4_NL"), "{msg}");
+        assert!(
+            msg.contains("blk.1.ffn_up.weight") && msg.contains("IQ4_NL"),
+            "{msg}"
+        );
         assert!(!out.exists());
     }
 
@@ -229,7 +282,11 @@ mod tests {
         let path = dir.path().join("m.gguf");
         std::fs::write(&path, b.build()).unwrap();
         let err = import_gguf(&path, &dir.path().join("a"), &ImportOptions::default()).unwrap_err();
-        assert!(err.to_string().contains("model.layers.0.self_attn.v_proj.weight"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("model.layers.0.self_attn.v_proj.weight"),
+            "{err}"
+        );
 
         let (mut b, _) = tiny_llama(true);
         b.set_kv("llama.feed_forward_length", MetadataValue::U32(96));
@@ -245,7 +302,12 @@ mod tests {
         let out = dir.path().join("hf");
         std::fs::create_dir(&out).unwrap();
         std::fs::write(out.join("keep.txt"), "x").unwrap();
-        assert_eq!(import_gguf(&gguf, &out, &ImportOptions::default()).unwrap_err().error_type(), "output_not_empty");
+        assert_eq!(
+            import_gguf(&gguf, &out, &ImportOptions::default())
+                .unwrap_err()
+                .error_type(),
+            "output_not_empty"
+        );
 
         let bytes = std::fs::read(&gguf).unwrap();
         let cut = dir.path().join("cut.gguf");

@@ -7,7 +7,11 @@ use crate::model::config::{Architecture, ModelConfig, TokenIds};
 
 /// Builds the transformers config of the model in `h`. `tied` is true when
 /// the file has no `output.weight` (the head reuses the embedding).
-pub fn llama_config(h: &GgufHeader, tied: bool, dtype: StorageDtype) -> Result<ModelConfig, AssetError> {
+pub fn llama_config(
+    h: &GgufHeader,
+    tied: bool,
+    dtype: StorageDtype,
+) -> Result<ModelConfig, AssetError> {
     let arch = h.str("general.architecture")?;
     if arch != "llama" {
         return Err(AssetError::UnsupportedModel(format!(
@@ -16,14 +20,18 @@ pub fn llama_config(h: &GgufHeader, tied: bool, dtype: StorageDtype) -> Result<M
     }
     let hidden = h.u64("llama.embedding_length")? as usize;
     let heads = h.u64("llama.attention.head_count")? as usize;
-    if heads == 0 || hidden % heads != 0 {
+    if heads == 0 || !hidden.is_multiple_of(heads) {
         return Err(AssetError::Metadata {
             key: "llama.attention.head_count".into(),
             reason: format!("{heads} heads do not divide embedding_length {hidden}"),
         });
     }
-    let kv_heads = h.opt_u64("llama.attention.head_count_kv")?.map_or(heads, |v| v as usize);
-    let head_dim = h.opt_u64("llama.attention.key_length")?.map_or(hidden / heads, |v| v as usize);
+    let kv_heads = h
+        .opt_u64("llama.attention.head_count_kv")?
+        .map_or(heads, |v| v as usize);
+    let head_dim = h
+        .opt_u64("llama.attention.key_length")?
+        .map_or(hidden / heads, |v| v as usize);
     if let Some(v) = h.opt_u64("llama.attention.value_length")? {
         if v as usize != head_dim {
             return Err(AssetError::UnsupportedModel(format!(
@@ -56,11 +64,15 @@ pub fn llama_config(h: &GgufHeader, tied: bool, dtype: StorageDtype) -> Result<M
                 reason: "missing, and no tokenizer.ggml.tokens to count".into(),
             })?,
     };
-    let eps = h.opt_f64("llama.attention.layer_norm_rms_epsilon")?.ok_or_else(|| AssetError::Metadata {
-        key: "llama.attention.layer_norm_rms_epsilon".into(),
-        reason: "missing".into(),
-    })?;
-    let eos = h.opt_u64("tokenizer.ggml.eos_token_id")?.map(|v| TokenIds::One(v as u32));
+    let eps = h
+        .opt_f64("llama.attention.layer_norm_rms_epsilon")?
+        .ok_or_else(|| AssetError::Metadata {
+            key: "llama.attention.layer_norm_rms_epsilon".into(),
+            reason: "missing".into(),
+        })?;
+    let eos = h
+        .opt_u64("tokenizer.ggml.eos_token_id")?
+        .map(|v| TokenIds::One(v as u32));
     let arch = Architecture::Llama;
     let cfg = ModelConfig {
         architectures: vec![arch.hf_name().to_string()],
@@ -121,8 +133,18 @@ mod tests {
     fn builds_llama_config_from_metadata() {
         let cfg = llama_config(&parse(&llama_meta()), true, StorageDtype::BF16).unwrap();
         assert_eq!(cfg.architectures, ["LlamaForCausalLM"]);
-        assert_eq!((cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers), (8, 12, 2));
-        assert_eq!((cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()), (2, 1, 4));
+        assert_eq!(
+            (
+                cfg.hidden_size,
+                cfg.intermediate_size,
+                cfg.num_hidden_layers
+            ),
+            (8, 12, 2)
+        );
+        assert_eq!(
+            (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()),
+            (2, 1, 4)
+        );
         assert_eq!(cfg.rms_norm_eps, 1e-5);
         assert_eq!(cfg.rope_theta, 100000.0);
         assert_eq!(cfg.max_position_embeddings, 128);
@@ -136,10 +158,16 @@ mod tests {
     fn rejects_other_architectures_partial_rotary_and_missing_keys() {
         let mut b = llama_meta();
         b.set_kv("general.architecture", V::String("qwen2".into()));
-        assert!(llama_config(&parse(&b), true, StorageDtype::F32).unwrap_err().to_string().contains("qwen2"));
+        assert!(llama_config(&parse(&b), true, StorageDtype::F32)
+            .unwrap_err()
+            .to_string()
+            .contains("qwen2"));
         let mut b = llama_meta();
         b.set_kv("llama.rope.dimension_count", V::U32(2));
-        assert!(llama_config(&parse(&b), true, StorageDtype::F32).unwrap_err().to_string().contains("partial rotary"));
+        assert!(llama_config(&parse(&b), true, StorageDtype::F32)
+            .unwrap_err()
+            .to_string()
+            .contains("partial rotary"));
         let mut b = llama_meta();
         b.remove_kv("llama.block_count");
         let err = llama_config(&parse(&b), true, StorageDtype::F32).unwrap_err();
@@ -147,6 +175,10 @@ mod tests {
         let mut b = llama_meta();
         b.set_kv("llama.embedding_length", V::String("8".into()));
         let err = llama_config(&parse(&b), true, StorageDtype::F32).unwrap_err();
-        assert!(err.to_string().contains("llama.embedding_length") && err.to_string().contains("string"), "{err}");
+        assert!(
+            err.to_string().contains("llama.embedding_length")
+                && err.to_string().contains("string"),
+            "{err}"
+        );
     }
 }

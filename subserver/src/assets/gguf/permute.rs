@@ -7,8 +7,10 @@
 
 /// Validates that `rows` splits into `n_head` heads of even width.
 fn head_half(rows: usize, n_head: usize) -> Result<usize, String> {
-    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 {
-        return Err(format!("{rows} rows do not split into {n_head} heads of even width"));
+    if n_head == 0 || !rows.is_multiple_of(n_head) || !(rows / n_head).is_multiple_of(2) {
+        return Err(format!(
+            "{rows} rows do not split into {n_head} heads of even width"
+        ));
     }
     Ok(rows / n_head / 2)
 }
@@ -30,7 +32,8 @@ fn move_rows(
         for i in 0..half {
             for j in 0..2 {
                 let (src, dst) = map(h, i, j, half);
-                out[dst * cols..(dst + 1) * cols].copy_from_slice(&data[src * cols..(src + 1) * cols]);
+                out[dst * cols..(dst + 1) * cols]
+                    .copy_from_slice(&data[src * cols..(src + 1) * cols]);
             }
         }
     }
@@ -40,7 +43,12 @@ fn move_rows(
 /// Undoes llama.cpp's permutation: row `h*hd + 2i + j` of the GGUF tensor is
 /// row `h*hd + j*hd/2 + i` of the transformers tensor. `n_head` is the number
 /// of query heads for q_proj and of KV heads for k_proj.
-pub fn unpermute_rows(data: &[f32], rows: usize, cols: usize, n_head: usize) -> Result<Vec<f32>, String> {
+pub fn unpermute_rows(
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+    n_head: usize,
+) -> Result<Vec<f32>, String> {
     move_rows(data, rows, cols, n_head, |h, i, j, half| {
         let hd = 2 * half;
         (h * hd + 2 * i + j, h * hd + j * half + i)
@@ -49,7 +57,12 @@ pub fn unpermute_rows(data: &[f32], rows: usize, cols: usize, n_head: usize) -> 
 
 /// llama.cpp's permutation (transformers order → GGUF order), the inverse of
 /// [`unpermute_rows`].
-pub fn permute_rows(data: &[f32], rows: usize, cols: usize, n_head: usize) -> Result<Vec<f32>, String> {
+pub fn permute_rows(
+    data: &[f32],
+    rows: usize,
+    cols: usize,
+    n_head: usize,
+) -> Result<Vec<f32>, String> {
     move_rows(data, rows, cols, n_head, |h, i, j, half| {
         let hd = 2 * half;
         (h * hd + j * half + i, h * hd + 2 * i + j)
@@ -77,13 +90,26 @@ mod tests {
         let gguf = permute_rows(&hf, rows, cols, heads).unwrap();
         assert_ne!(gguf, hf);
         assert_eq!(unpermute_rows(&gguf, rows, cols, heads).unwrap(), hf);
-        assert_eq!(permute_rows(&unpermute_rows(&hf, rows, cols, heads).unwrap(), rows, cols, heads).unwrap(), hf);
+        assert_eq!(
+            permute_rows(
+                &unpermute_rows(&hf, rows, cols, heads).unwrap(),
+                rows,
+                cols,
+                heads
+            )
+            .unwrap(),
+            hf
+        );
     }
 
     #[test]
     fn rejects_rows_that_do_not_split_into_heads() {
-        assert!(unpermute_rows(&[0.0; 10], 10, 1, 3).unwrap_err().contains("3 heads"));
+        assert!(unpermute_rows(&[0.0; 10], 10, 1, 3)
+            .unwrap_err()
+            .contains("3 heads"));
         assert!(unpermute_rows(&[0.0; 6], 6, 1, 2).is_err()); // head width 3 is odd
-        assert!(unpermute_rows(&[0.0; 5], 8, 1, 2).unwrap_err().contains("5 values"));
+        assert!(unpermute_rows(&[0.0; 5], 8, 1, 2)
+            .unwrap_err()
+            .contains("5 values"));
     }
 }

@@ -70,7 +70,11 @@ fn put_value(out: &mut Vec<u8>, v: &MetadataValue) {
 impl GgufBuilder {
     /// An empty file of the given version.
     pub(crate) fn new(version: u32) -> Self {
-        Self { version, kvs: Vec::new(), tensors: Vec::new() }
+        Self {
+            version,
+            kvs: Vec::new(),
+            tensors: Vec::new(),
+        }
     }
 
     /// Appends a metadata entry.
@@ -104,12 +108,31 @@ impl GgufBuilder {
 
     /// Appends a tensor of any type from raw bytes, placed at the next aligned offset.
     pub(crate) fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) {
-        self.tensors.push(Tensor { name: name.into(), dims: dims.to_vec(), ty, offset: None, data });
+        self.tensors.push(Tensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            ty,
+            offset: None,
+            data,
+        });
     }
 
     /// Appends a tensor at an explicit offset (to build malformed files).
-    pub(crate) fn tensor_raw(&mut self, name: &str, dims: &[u64], ty: GgmlType, offset: u64, data: Vec<u8>) {
-        self.tensors.push(Tensor { name: name.into(), dims: dims.to_vec(), ty, offset: Some(offset), data });
+    pub(crate) fn tensor_raw(
+        &mut self,
+        name: &str,
+        dims: &[u64],
+        ty: GgmlType,
+        offset: u64,
+        data: Vec<u8>,
+    ) {
+        self.tensors.push(Tensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            ty,
+            offset: Some(offset),
+            data,
+        });
     }
 
     /// Drops a tensor by name.
@@ -174,7 +197,8 @@ impl GgufBuilder {
 
 /// GPT-2's byte → printable-char map (`bytes_to_unicode`).
 pub(crate) fn byte_level_alphabet() -> Vec<String> {
-    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let printable =
+        |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let mut next = 256u32;
     (0..256u32)
         .map(|b| {
@@ -199,20 +223,28 @@ pub(crate) fn tokenizer_metadata(b: &mut GgufBuilder, pre: &str) {
     let mut tokens: Vec<String> = SPECIALS.iter().map(|s| s.to_string()).collect();
     tokens.extend(byte_level_alphabet());
     tokens.extend(merges.iter().map(|m| m.replace(' ', "")));
-    let types: Vec<MetadataValue> =
-        (0..tokens.len()).map(|i| MetadataValue::I32(if i < SPECIALS.len() { 3 } else { 1 })).collect();
-    let strings = |v: Vec<String>| MetadataValue::Array(v.into_iter().map(MetadataValue::String).collect());
+    let types: Vec<MetadataValue> = (0..tokens.len())
+        .map(|i| MetadataValue::I32(if i < SPECIALS.len() { 3 } else { 1 }))
+        .collect();
+    let strings =
+        |v: Vec<String>| MetadataValue::Array(v.into_iter().map(MetadataValue::String).collect());
     b.kv("tokenizer.ggml.model", MetadataValue::String("gpt2".into()));
     b.kv("tokenizer.ggml.pre", MetadataValue::String(pre.into()));
     b.kv("tokenizer.ggml.tokens", strings(tokens));
     b.kv("tokenizer.ggml.token_type", MetadataValue::Array(types));
-    b.kv("tokenizer.ggml.merges", strings(merges.iter().map(|m| m.to_string()).collect()));
+    b.kv(
+        "tokenizer.ggml.merges",
+        strings(merges.iter().map(|m| m.to_string()).collect()),
+    );
     b.kv("tokenizer.ggml.bos_token_id", MetadataValue::U32(1));
     b.kv("tokenizer.ggml.eos_token_id", MetadataValue::U32(2));
     b.kv("tokenizer.ggml.unknown_token_id", MetadataValue::U32(0));
     b.kv("tokenizer.ggml.padding_token_id", MetadataValue::U32(2));
     b.kv("tokenizer.ggml.add_bos_token", MetadataValue::Bool(false));
-    b.kv("tokenizer.chat_template", MetadataValue::String("{{ messages[0]['content'] }}".into()));
+    b.kv(
+        "tokenizer.chat_template",
+        MetadataValue::String("{{ messages[0]['content'] }}".into()),
+    );
 }
 
 /// Vocabulary size of [`tokenizer_metadata`].
@@ -223,7 +255,9 @@ pub(crate) const FIXTURE_HIDDEN: usize = 32;
 /// Deterministic values that are exact in f16 and in Q8_0 with scale 1/8:
 /// multiples of 1/8 in [-8, 8].
 pub(crate) fn fixture_values(seed: usize, n: usize) -> Vec<f32> {
-    (0..n).map(|i| (((i * 37 + seed * 101) % 129) as f32 - 64.0) / 8.0).collect()
+    (0..n)
+        .map(|i| (((i * 37 + seed * 101) % 129) as f32 - 64.0) / 8.0)
+        .collect()
 }
 
 /// Q8_0 blocks for values that are multiples of 1/8 within ±16.
@@ -236,22 +270,34 @@ pub(crate) fn q8_0_exact(values: &[f32]) -> Vec<u8> {
     out
 }
 
+/// `(transformers name, shape, values)` of each tensor an import must produce.
+pub(crate) type ExpectedTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
+
 /// A complete tiny llama GGUF and the transformers tensors it must import to.
 /// Tensor types: embedding Q8_0, norms F32, ffn_down F16, the rest F32; q/k
 /// stored with llama.cpp's row permutation.
-pub(crate) fn tiny_llama(tied: bool) -> (GgufBuilder, Vec<(String, Vec<usize>, Vec<f32>)>) {
+pub(crate) fn tiny_llama(tied: bool) -> (GgufBuilder, ExpectedTensors) {
     let (h, inter, vocab, layers) = (FIXTURE_HIDDEN, 64usize, FIXTURE_VOCAB, 2usize);
     let mut b = GgufBuilder::new(3);
-    b.kv("general.architecture", MetadataValue::String("llama".into()));
+    b.kv(
+        "general.architecture",
+        MetadataValue::String("llama".into()),
+    );
     b.kv("general.alignment", MetadataValue::U32(32));
     b.kv("llama.block_count", MetadataValue::U32(layers as u32));
     b.kv("llama.context_length", MetadataValue::U32(256));
     b.kv("llama.embedding_length", MetadataValue::U32(h as u32));
-    b.kv("llama.feed_forward_length", MetadataValue::U32(inter as u32));
+    b.kv(
+        "llama.feed_forward_length",
+        MetadataValue::U32(inter as u32),
+    );
     b.kv("llama.attention.head_count", MetadataValue::U32(2));
     b.kv("llama.attention.head_count_kv", MetadataValue::U32(1));
     b.kv("llama.rope.freq_base", MetadataValue::F32(10000.0));
-    b.kv("llama.attention.layer_norm_rms_epsilon", MetadataValue::F32(1e-5));
+    b.kv(
+        "llama.attention.layer_norm_rms_epsilon",
+        MetadataValue::F32(1e-5),
+    );
     b.kv("llama.rope.dimension_count", MetadataValue::U32(16));
     tokenizer_metadata(&mut b, "smollm");
 
@@ -262,7 +308,11 @@ pub(crate) fn tiny_llama(tied: bool) -> (GgufBuilder, Vec<(String, Vec<usize>, V
         let (rows, cols) = (shape[0], shape[1]);
         let n = rows * cols;
         let values = fixture_values(seed, n);
-        let dims: Vec<u64> = if rows == 1 { vec![cols as u64] } else { vec![cols as u64, rows as u64] };
+        let dims: Vec<u64> = if rows == 1 {
+            vec![cols as u64]
+        } else {
+            vec![cols as u64, rows as u64]
+        };
         let stored = match kind {
             "q" => super::permute::permute_rows(&values, rows, cols, 2).expect("fixture shape"),
             "k" => super::permute::permute_rows(&values, rows, cols, 1).expect("fixture shape"),
@@ -271,29 +321,78 @@ pub(crate) fn tiny_llama(tied: bool) -> (GgufBuilder, Vec<(String, Vec<usize>, V
         match kind {
             "q8" => b.tensor(gguf, &dims, GgmlType::Q8_0, q8_0_exact(&stored)),
             "f16" => {
-                let data = stored.iter().flat_map(|v| half::f16::from_f32(*v).to_le_bytes()).collect();
+                let data = stored
+                    .iter()
+                    .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+                    .collect();
                 b.tensor(gguf, &dims, GgmlType::F16, data)
             }
             _ => b.tensor_f32(gguf, &dims, &stored),
         }
-        let shape = if rows == 1 { vec![cols] } else { vec![rows, cols] };
+        let shape = if rows == 1 {
+            vec![cols]
+        } else {
+            vec![rows, cols]
+        };
         expected.push((hf.to_string(), shape, values));
     };
-    add(&mut b, "token_embd.weight", "model.embed_tokens.weight", [vocab, h], "q8");
+    add(
+        &mut b,
+        "token_embd.weight",
+        "model.embed_tokens.weight",
+        [vocab, h],
+        "q8",
+    );
     for i in 0..layers {
         let g = |s: &str| format!("blk.{i}.{s}.weight");
         let t = |s: &str| format!("model.layers.{i}.{s}.weight");
-        add(&mut b, &g("attn_norm"), &t("input_layernorm"), [1, h], "f32");
+        add(
+            &mut b,
+            &g("attn_norm"),
+            &t("input_layernorm"),
+            [1, h],
+            "f32",
+        );
         add(&mut b, &g("attn_q"), &t("self_attn.q_proj"), [h, h], "q");
         add(&mut b, &g("attn_k"), &t("self_attn.k_proj"), [16, h], "k");
         add(&mut b, &g("attn_v"), &t("self_attn.v_proj"), [16, h], "f32");
-        add(&mut b, &g("attn_output"), &t("self_attn.o_proj"), [h, h], "f32");
-        add(&mut b, &g("ffn_norm"), &t("post_attention_layernorm"), [1, h], "f32");
-        add(&mut b, &g("ffn_gate"), &t("mlp.gate_proj"), [inter, h], "f32");
+        add(
+            &mut b,
+            &g("attn_output"),
+            &t("self_attn.o_proj"),
+            [h, h],
+            "f32",
+        );
+        add(
+            &mut b,
+            &g("ffn_norm"),
+            &t("post_attention_layernorm"),
+            [1, h],
+            "f32",
+        );
+        add(
+            &mut b,
+            &g("ffn_gate"),
+            &t("mlp.gate_proj"),
+            [inter, h],
+            "f32",
+        );
         add(&mut b, &g("ffn_up"), &t("mlp.up_proj"), [inter, h], "f32");
-        add(&mut b, &g("ffn_down"), &t("mlp.down_proj"), [h, inter], "f16");
+        add(
+            &mut b,
+            &g("ffn_down"),
+            &t("mlp.down_proj"),
+            [h, inter],
+            "f16",
+        );
     }
-    add(&mut b, "output_norm.weight", "model.norm.weight", [1, h], "f32");
+    add(
+        &mut b,
+        "output_norm.weight",
+        "model.norm.weight",
+        [1, h],
+        "f32",
+    );
     if !tied {
         add(&mut b, "output.weight", "lm_head.weight", [vocab, h], "f32");
     }

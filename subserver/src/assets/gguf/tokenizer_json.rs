@@ -27,27 +27,38 @@ pub struct TokenizerFiles {
 fn string_array(h: &GgufHeader, key: &str) -> Result<Vec<String>, AssetError> {
     let items = h
         .get(key)
-        .ok_or_else(|| AssetError::Metadata { key: key.into(), reason: "missing".into() })?
+        .ok_or_else(|| AssetError::Metadata {
+            key: key.into(),
+            reason: "missing".into(),
+        })?
         .as_array()
-        .ok_or_else(|| AssetError::Metadata { key: key.into(), reason: "expected an array".into() })?;
+        .ok_or_else(|| AssetError::Metadata {
+            key: key.into(),
+            reason: "expected an array".into(),
+        })?;
     items
         .iter()
         .enumerate()
         .map(|(i, v)| {
-            v.as_str().map(str::to_string).ok_or_else(|| AssetError::Metadata {
-                key: key.into(),
-                reason: format!("element {i} is {} (expected string)", v.type_name()),
-            })
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| AssetError::Metadata {
+                    key: key.into(),
+                    reason: format!("element {i} is {} (expected string)", v.type_name()),
+                })
         })
         .collect()
 }
 
 fn token_types(h: &GgufHeader, n: usize) -> Result<Vec<i64>, AssetError> {
     let key = "tokenizer.ggml.token_type";
-    let Some(v) = h.get(key) else { return Ok(vec![1; n]) };
-    let items = v
-        .as_array()
-        .ok_or_else(|| AssetError::Metadata { key: key.into(), reason: "expected an array".into() })?;
+    let Some(v) = h.get(key) else {
+        return Ok(vec![1; n]);
+    };
+    let items = v.as_array().ok_or_else(|| AssetError::Metadata {
+        key: key.into(),
+        reason: "expected an array".into(),
+    })?;
     if items.len() != n {
         return Err(AssetError::Metadata {
             key: key.into(),
@@ -102,7 +113,10 @@ fn post_processor(add_bos: Option<(u32, &str)>, add_eos: Option<(u32, &str)>) ->
     let pair = [wrap("A", 0), wrap("B", 1)].concat();
     let mut specials = Map::new();
     for (id, tok) in add_bos.iter().chain(add_eos.iter()) {
-        specials.insert(tok.to_string(), json!({ "id": tok, "ids": [id], "tokens": [tok] }));
+        specials.insert(
+            tok.to_string(),
+            json!({ "id": tok, "ids": [id], "tokens": [tok] }),
+        );
     }
     json!({
         "type": "Sequence",
@@ -114,7 +128,10 @@ fn post_processor(add_bos: Option<(u32, &str)>, add_eos: Option<(u32, &str)>) ->
 }
 
 /// Builds the tokenizer files. `context_length` becomes `model_max_length`.
-pub fn tokenizer_files(h: &GgufHeader, context_length: usize) -> Result<TokenizerFiles, AssetError> {
+pub fn tokenizer_files(
+    h: &GgufHeader,
+    context_length: usize,
+) -> Result<TokenizerFiles, AssetError> {
     let model = h.str("tokenizer.ggml.model")?;
     if model != "gpt2" {
         return Err(AssetError::UnsupportedTokenizer(format!(
@@ -129,9 +146,13 @@ pub fn tokenizer_files(h: &GgufHeader, context_length: usize) -> Result<Tokenize
     let id_of = |key: &str| -> Result<Option<(u32, &str)>, AssetError> {
         match h.opt_u64(key)? {
             None => Ok(None),
-            Some(id) => tokens.get(id as usize).map(|t| Some((id as u32, t.as_str()))).ok_or_else(|| {
-                AssetError::Metadata { key: key.into(), reason: format!("id {id} is outside the {} tokens", tokens.len()) }
-            }),
+            Some(id) => tokens
+                .get(id as usize)
+                .map(|t| Some((id as u32, t.as_str())))
+                .ok_or_else(|| AssetError::Metadata {
+                    key: key.into(),
+                    reason: format!("id {id} is outside the {} tokens", tokens.len()),
+                }),
         }
     };
     let bos = id_of("tokenizer.ggml.bos_token_id")?;
@@ -164,7 +185,10 @@ pub fn tokenizer_files(h: &GgufHeader, context_length: usize) -> Result<Tokenize
                 "normalized": false, "special": true
             });
             let mut with_id = json!({ "id": id });
-            with_id.as_object_mut().expect("object").extend(props.as_object().expect("object").clone());
+            with_id
+                .as_object_mut()
+                .expect("object")
+                .extend(props.as_object().expect("object").clone());
             added.push(with_id);
             added_decoder.insert(id.to_string(), props);
         }
@@ -205,7 +229,11 @@ pub fn tokenizer_files(h: &GgufHeader, context_length: usize) -> Result<Tokenize
         Some((id, _)) => generation_config(bos.map(|b| b.0), &TokenIds::One(id)),
         None => json!({}),
     };
-    Ok(TokenizerFiles { tokenizer, tokenizer_config, generation_config })
+    Ok(TokenizerFiles {
+        tokenizer,
+        tokenizer_config,
+        generation_config,
+    })
 }
 
 #[cfg(test)]
@@ -238,19 +266,28 @@ mod tests {
         let pieces = enc.get_tokens();
         assert_eq!(pieces[0], "hello");
         assert_eq!(pieces[1], "Ġw");
-        assert!(pieces.contains(&"4".to_string()) && pieces.contains(&"2".to_string()), "{pieces:?}");
+        assert!(
+            pieces.contains(&"4".to_string()) && pieces.contains(&"2".to_string()),
+            "{pieces:?}"
+        );
         assert_eq!(*enc.get_ids().last().unwrap(), 1);
         let text = tok.decode(enc.get_ids(), false).unwrap();
         assert_eq!(text, "hello world 42<|im_start|>");
         assert_eq!(f.tokenizer_config["bos_token"], "<|im_start|>");
-        assert_eq!(f.tokenizer_config["added_tokens_decoder"]["2"]["special"], true);
+        assert_eq!(
+            f.tokenizer_config["added_tokens_decoder"]["2"]["special"],
+            true
+        );
         assert_eq!(f.tokenizer_config["model_max_length"], 512);
         assert_eq!(f.tokenizer["added_tokens"].as_array().unwrap().len(), 3);
     }
 
     #[test]
     fn gpt2_pre_tokenizer_keeps_digit_runs_and_add_bos_prepends() {
-        let f = files("gpt2", |b| b.set_kv("tokenizer.ggml.add_bos_token", MetadataValue::Bool(true))).unwrap();
+        let f = files("gpt2", |b| {
+            b.set_kv("tokenizer.ggml.add_bos_token", MetadataValue::Bool(true))
+        })
+        .unwrap();
         let tok = load(&f);
         let enc = tok.encode("42", true).unwrap();
         // BOS (<|im_start|> = 1), then one pre-token "42" made of two byte tokens.
@@ -263,13 +300,32 @@ mod tests {
     fn unsupported_and_inconsistent_metadata_is_named() {
         let err = files("llama-bpe", |_| {}).unwrap_err();
         assert!(err.to_string().contains("llama-bpe"), "{err}");
-        let err = files("gpt2", |b| b.set_kv("tokenizer.ggml.model", MetadataValue::String("llama".into()))).unwrap_err();
+        let err = files("gpt2", |b| {
+            b.set_kv(
+                "tokenizer.ggml.model",
+                MetadataValue::String("llama".into()),
+            )
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("`llama`"), "{err}");
-        let err = files("gpt2", |b| b.set_kv("tokenizer.ggml.eos_token_id", MetadataValue::U32(99_999))).unwrap_err();
-        assert!(err.to_string().contains("tokenizer.ggml.eos_token_id"), "{err}");
-        let err =
-            files("gpt2", |b| b.set_kv("tokenizer.ggml.token_type", MetadataValue::Array(vec![MetadataValue::I32(1)])))
-                .unwrap_err();
-        assert!(err.to_string().contains("tokenizer.ggml.token_type"), "{err}");
+        let err = files("gpt2", |b| {
+            b.set_kv("tokenizer.ggml.eos_token_id", MetadataValue::U32(99_999))
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("tokenizer.ggml.eos_token_id"),
+            "{err}"
+        );
+        let err = files("gpt2", |b| {
+            b.set_kv(
+                "tokenizer.ggml.token_type",
+                MetadataValue::Array(vec![MetadataValue::I32(1)]),
+            )
+        })
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("tokenizer.ggml.token_type"),
+            "{err}"
+        );
     }
 }

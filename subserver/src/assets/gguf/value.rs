@@ -121,7 +121,12 @@ impl MetadataValue {
     }
 
     /// Reads a value of GGUF type code `ty`.
-    pub(crate) fn read(cur: &mut Cursor<'_>, ty: u32, what: &str, path: &Path) -> Result<Self, AssetError> {
+    pub(crate) fn read(
+        cur: &mut Cursor<'_>,
+        ty: u32,
+        what: &str,
+        path: &Path,
+    ) -> Result<Self, AssetError> {
         Self::read_nested(cur, ty, what, path, 0)
     }
 
@@ -201,9 +206,14 @@ mod tests {
     fn rejects_unknown_type_code_and_bad_bool() {
         let path = Path::new("t.gguf");
         let bytes = [2u8];
-        let err = MetadataValue::read(&mut Cursor::new(path, &bytes), 13, "key `k`", path).unwrap_err();
-        assert!(err.to_string().contains("unknown metadata value type 13"), "{err}");
-        let err = MetadataValue::read(&mut Cursor::new(path, &bytes), 7, "key `b`", path).unwrap_err();
+        let err =
+            MetadataValue::read(&mut Cursor::new(path, &bytes), 13, "key `k`", path).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown metadata value type 13"),
+            "{err}"
+        );
+        let err =
+            MetadataValue::read(&mut Cursor::new(path, &bytes), 7, "key `b`", path).unwrap_err();
         assert!(err.to_string().contains("key `b`"), "{err}");
     }
 }

@@ -34,21 +34,34 @@ pub struct GenRandomOptions {
 impl GenRandomOptions {
     /// Defaults: seed 0, f32, 2 GB shards.
     pub fn new(tokenizer_dir: PathBuf, generation_eos: TokenIds) -> Self {
-        Self { seed: 0, dtype: StorageDtype::F32, tokenizer_dir, generation_eos, max_shard_bytes: DEFAULT_MAX_SHARD_BYTES }
+        Self {
+            seed: 0,
+            dtype: StorageDtype::F32,
+            tokenizer_dir,
+            generation_eos,
+            max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+        }
     }
 }
 
 /// Writes `config.json` (with `torch_dtype` set to the dtype), the weights,
 /// `generation_config.json` and the copied tokenizer files into `out`.
 /// The same seed gives the same bytes.
-pub fn gen_random(cfg: &ModelConfig, out: &Path, opts: &GenRandomOptions) -> Result<Vec<PathBuf>, AssetError> {
+pub fn gen_random(
+    cfg: &ModelConfig,
+    out: &Path,
+    opts: &GenRandomOptions,
+) -> Result<Vec<PathBuf>, AssetError> {
     cfg.validate().map_err(AssetError::InvalidArgument)?;
     for name in REQUIRED_TOKENIZER_FILES {
         let path = opts.tokenizer_dir.join(name);
         if !path.is_file() {
             return Err(AssetError::io(
                 &path,
-                std::io::Error::new(std::io::ErrorKind::NotFound, "tokenizer file not found (pass --tokenizer-dir)"),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "tokenizer file not found (pass --tokenizer-dir)",
+                ),
             ));
         }
     }
@@ -58,7 +71,11 @@ pub fn gen_random(cfg: &ModelConfig, out: &Path, opts: &GenRandomOptions) -> Res
     prepare_output_dir(out)?;
     let plan = specs
         .iter()
-        .map(|s| TensorEntry { name: s.name.clone(), shape: s.shape.clone(), dtype: opts.dtype })
+        .map(|s| TensorEntry {
+            name: s.name.clone(),
+            shape: s.shape.clone(),
+            dtype: opts.dtype,
+        })
         .collect();
     let mut writer = CheckpointWriter::create(out, plan, opts.max_shard_bytes)?;
     let bar = bytes_bar(writer.total_bytes(), "gen-random");
@@ -81,7 +98,10 @@ pub fn gen_random(cfg: &ModelConfig, out: &Path, opts: &GenRandomOptions) -> Res
     let config_path = out.join("config.json");
     write_json(&config_path, &cfg)?;
     let gen_path = out.join("generation_config.json");
-    write_json(&gen_path, &generation_config(cfg.bos_token_id, &opts.generation_eos))?;
+    write_json(
+        &gen_path,
+        &generation_config(cfg.bos_token_id, &opts.generation_eos),
+    )?;
     files.extend([config_path, gen_path]);
     for name in REQUIRED_TOKENIZER_FILES {
         let (from, to) = (opts.tokenizer_dir.join(name), out.join(name));

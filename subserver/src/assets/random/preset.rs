@@ -33,8 +33,14 @@ pub enum Preset {
 
 impl Preset {
     /// Every preset.
-    pub const ALL: [Preset; 6] =
-        [Self::Qwen3_0_6B, Self::Qwen3_1_7B, Self::Qwen3_4B, Self::Qwen3_8B, Self::Qwen3_32B, Self::Tiny];
+    pub const ALL: [Preset; 6] = [
+        Self::Qwen3_0_6B,
+        Self::Qwen3_1_7B,
+        Self::Qwen3_4B,
+        Self::Qwen3_8B,
+        Self::Qwen3_32B,
+        Self::Tiny,
+    ];
 
     /// The CLI name.
     pub fn name(self) -> &'static str {
@@ -107,10 +113,16 @@ impl FromStr for Preset {
     type Err = AssetError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|p| p.name() == s.to_ascii_lowercase()).ok_or_else(|| {
-            let names: Vec<_> = Self::ALL.iter().map(|p| p.name()).collect();
-            AssetError::InvalidArgument(format!("preset `{s}` (expected one of {})", names.join(", ")))
-        })
+        Self::ALL
+            .into_iter()
+            .find(|p| p.name() == s.to_ascii_lowercase())
+            .ok_or_else(|| {
+                let names: Vec<_> = Self::ALL.iter().map(|p| p.name()).collect();
+                AssetError::InvalidArgument(format!(
+                    "preset `{s}` (expected one of {})",
+                    names.join(", ")
+                ))
+            })
     }
 }
 
@@ -126,9 +138,18 @@ mod tests {
             assert_eq!(p.name().parse::<Preset>().unwrap(), p);
         }
         // Parameter counts of the released checkpoints (embedding counted once when tied).
-        let params = |p: Preset| tensor_specs(&p.config(StorageDtype::BF16)).iter().map(|s| s.numel()).sum::<usize>();
+        let params = |p: Preset| {
+            tensor_specs(&p.config(StorageDtype::BF16))
+                .iter()
+                .map(|s| s.numel())
+                .sum::<usize>()
+        };
         assert_eq!(params(Preset::Qwen3_0_6B), 596_049_920);
         assert_eq!(params(Preset::Qwen3_8B), 8_190_735_360);
-        assert!("qwen3-7b".parse::<Preset>().unwrap_err().to_string().contains("qwen3-0.6b"));
+        assert!("qwen3-7b"
+            .parse::<Preset>()
+            .unwrap_err()
+            .to_string()
+            .contains("qwen3-0.6b"));
     }
 }
