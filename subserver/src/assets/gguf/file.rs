@@ -111,6 +111,17 @@ impl GgufHeader {
             let dims = (0..n_dims)
                 .map(|_| cur.u64(&what))
                 .collect::<Result<Vec<_>, _>>()?;
+            // Element counts are multiplied later; a crafted file must not overflow them.
+            if dims
+                .iter()
+                .try_fold(1u64, |acc, d| acc.checked_mul(*d))
+                .is_none()
+            {
+                return Err(AssetError::InvalidGguf {
+                    path: path.to_path_buf(),
+                    reason: format!("tensor `{name}` dims {dims:?} overflow the element count"),
+                });
+            }
             let ggml_type = GgmlType::from_id(cur.u32(&what)?);
             let offset = cur.u64(&what)?;
             tensors.push(GgufTensorInfo {
@@ -164,9 +175,22 @@ impl GgufHeader {
                 });
             }
             // Types of unknown layout are checked when converted (and rejected there).
-            let Some(len) = t.ggml_type.byte_len(t.n_elements()) else {
+            let Some((block, _)) = t.ggml_type.block_layout() else {
                 continue;
             };
+            let len =
+                t.ggml_type
+                    .byte_len(t.n_elements())
+                    .ok_or_else(|| AssetError::InvalidGguf {
+                        path: path.to_path_buf(),
+                        reason: format!(
+                    "tensor `{}`: {} weights do not fill whole {}-weight {} blocks, or overflow",
+                    t.name,
+                    t.n_elements(),
+                    block,
+                    t.ggml_type.name()
+                ),
+                    })?;
             let start = self.data_start.saturating_add(t.offset);
             let end = start.saturating_add(len);
             if end > file_len {
@@ -459,6 +483,28 @@ mod tests {
         let bytes = sample().build();
         let err = GgufHeader::parse(Path::new("t.gguf"), &bytes[..bytes.len() - 1]).unwrap_err();
         assert!(err.to_string().contains("tensor `v`"), "{err}");
+    }
+
+    #[test]
+    fn rejects_overflowing_dims_and_partial_blocks() {
+        let mut b = GgufBuilder::new(3);
+        b.tensor_raw("huge", &[u64::MAX / 2, 3], GgmlType::F32, 0, vec![]);
+        let err = GgufHeader::parse(Path::new("o"), &b.build()).unwrap_err();
+        assert!(
+            err.to_string().contains("`huge`") && err.to_string().contains("overflow"),
+            "{err}"
+        );
+        let mut b = GgufBuilder::new(3);
+        b.tensor_raw("big", &[u64::MAX / 2], GgmlType::F32, 0, vec![]);
+        let err = GgufHeader::parse(Path::new("o"), &b.build()).unwrap_err();
+        assert!(err.to_string().contains("`big`"), "{err}");
+        let mut b = GgufBuilder::new(3);
+        b.tensor_raw("part", &[40], GgmlType::Q8_0, 0, vec![0; 68]);
+        let err = GgufHeader::parse(Path::new("o"), &b.build()).unwrap_err();
+        assert!(
+            err.to_string().contains("`part`") && err.to_string().contains("Q8_0"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -155,8 +155,10 @@ impl GgmlType {
     /// Bytes taken by `n` weights, when the layout is known and `n` fills whole blocks.
     pub fn byte_len(self, n: u64) -> Option<u64> {
         let (block, bytes) = self.block_layout()?;
-        n.is_multiple_of(block as u64)
-            .then(|| n / block as u64 * bytes as u64)
+        if !n.is_multiple_of(block as u64) {
+            return None;
+        }
+        (n / block as u64).checked_mul(bytes as u64)
     }
 }
 
