@@ -85,18 +85,18 @@ impl CheckpointWriter {
             }
         }
         // Greedy split in plan order; a tensor larger than the limit gets a shard of its own.
-        let mut groups: Vec<Vec<usize>> = vec![Vec::new()];
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut current: Vec<usize> = Vec::new();
         let mut size = 0u64;
         for (i, t) in plan.iter().enumerate() {
-            let last = groups.last_mut().expect("groups starts non-empty");
-            if !last.is_empty() && size + t.byte_len() > max_shard_bytes {
-                groups.push(vec![i]);
-                size = t.byte_len();
-            } else {
-                last.push(i);
-                size += t.byte_len();
+            if !current.is_empty() && size + t.byte_len() > max_shard_bytes {
+                groups.push(std::mem::take(&mut current));
+                size = 0;
             }
+            current.push(i);
+            size += t.byte_len();
         }
+        groups.push(current);
         let n = groups.len();
         let mut shard_of = vec![0; plan.len()];
         let shards = groups
@@ -304,7 +304,7 @@ impl CheckpointWriter {
             );
             offset = end;
         }
-        let mut bytes = serde_json::to_vec(&map).expect("a map of strings and numbers serializes");
+        let mut bytes = serde_json::Value::Object(map).to_string().into_bytes();
         bytes.resize(bytes.len().next_multiple_of(8), b' ');
         bytes
     }

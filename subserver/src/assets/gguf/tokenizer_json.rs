@@ -180,17 +180,18 @@ pub fn tokenizer_files(
     let mut added_decoder = Map::new();
     for (id, (tok, ty)) in tokens.iter().zip(&types).enumerate() {
         if SPECIAL_TOKEN_TYPES.contains(ty) {
-            let props = json!({
-                "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
+            // tokenizer.json lists added tokens with their id; the config keys them by id.
+            added.push(json!({
+                "id": id, "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
                 "normalized": false, "special": true
-            });
-            let mut with_id = json!({ "id": id });
-            with_id
-                .as_object_mut()
-                .expect("object")
-                .extend(props.as_object().expect("object").clone());
-            added.push(with_id);
-            added_decoder.insert(id.to_string(), props);
+            }));
+            added_decoder.insert(
+                id.to_string(),
+                json!({
+                    "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
+                    "normalized": false, "special": true
+                }),
+            );
         }
     }
 
