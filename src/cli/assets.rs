@@ -1,21 +1,138 @@
-//! Asset subcommands (placeholder until the assets module lands).
+//! `import-gguf`, `derive-early-exit` and `gen-random`: argument parsing and
+//! thin drivers over `subserver::assets`.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use subserver::assets::gguf::{import_gguf, ImportOptions};
+use subserver::assets::random::{gen_random, GenRandomOptions, Preset};
+use subserver::assets::{derive_early_exit, StorageDtype, DEFAULT_MAX_SHARD_BYTES};
 
 /// `import-gguf` arguments.
 #[derive(Debug, clap::Args)]
-pub struct ImportGgufArgs {}
+pub struct ImportGgufArgs {
+    /// The GGUF file (llama architecture, byte-level BPE tokenizer).
+    pub file: PathBuf,
+    /// Output directory (created; must be empty if it exists).
+    pub out_dir: PathBuf,
+    /// Storage dtype of the written tensors: f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: StorageDtype,
+}
+
 /// `derive-early-exit` arguments.
 #[derive(Debug, clap::Args)]
-pub struct DeriveEarlyExitArgs {}
+pub struct DeriveEarlyExitArgs {
+    /// Source model directory (single or sharded safetensors).
+    pub src: PathBuf,
+    /// Output directory (created; must be empty if it exists).
+    pub out: PathBuf,
+    /// Number of leading decoder layers to keep (1..=layers of SRC).
+    #[arg(long)]
+    pub layers: usize,
+}
+
 /// `gen-random` arguments.
 #[derive(Debug, clap::Args)]
-pub struct GenRandomArgs {}
+pub struct GenRandomArgs {
+    /// Model shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-32b or tiny.
+    #[arg(long)]
+    pub preset: Preset,
+    /// Output directory (created; must be empty if it exists).
+    pub out: PathBuf,
+    /// Override the preset's number of decoder layers.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Seed of the weights; equal seeds give identical files.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Storage dtype (default: bf16, f32 for `tiny`).
+    #[arg(long)]
+    pub dtype: Option<StorageDtype>,
+    /// Directory holding the Qwen3 tokenizer.json and tokenizer_config.json
+    /// (default: $TOKENROUTER_CACHE/assets/qwen3-tokenizer, or the nearest
+    /// `.cache/assets/qwen3-tokenizer` above the working directory).
+    #[arg(long)]
+    pub tokenizer_dir: Option<PathBuf>,
+}
 
-pub fn run_import_gguf(_a: ImportGgufArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+/// Runs `import-gguf`.
+pub fn run_import_gguf(a: ImportGgufArgs) -> anyhow::Result<()> {
+    let opts = ImportOptions {
+        dtype: a.dtype,
+        max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+    };
+    let summary = import_gguf(&a.file, &a.out_dir, &opts)
+        .with_context(|| format!("importing {}", a.file.display()))?;
+    println!(
+        "wrote {} tensors ({} layers, {}) to {}",
+        summary.tensors,
+        summary.config.num_hidden_layers,
+        a.dtype,
+        a.out_dir.display()
+    );
+    Ok(())
 }
-pub fn run_derive_early_exit(_a: DeriveEarlyExitArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+
+/// Runs `derive-early-exit`.
+pub fn run_derive_early_exit(a: DeriveEarlyExitArgs) -> anyhow::Result<()> {
+    let summary = derive_early_exit(&a.src, &a.out, a.layers, DEFAULT_MAX_SHARD_BYTES)
+        .with_context(|| format!("deriving from {}", a.src.display()))?;
+    println!(
+        "wrote {} tensors ({} layers) to {}",
+        summary.tensors,
+        a.layers,
+        a.out.display()
+    );
+    Ok(())
 }
-pub fn run_gen_random(_a: GenRandomArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not implemented yet")
+
+/// Runs `gen-random`.
+pub fn run_gen_random(a: GenRandomArgs) -> anyhow::Result<()> {
+    let dtype = a.dtype.unwrap_or(a.preset.default_dtype());
+    let mut cfg = a.preset.config(dtype);
+    if let Some(layers) = a.layers {
+        anyhow::ensure!(layers > 0, "--layers must be at least 1");
+        cfg.num_hidden_layers = layers;
+    }
+    let tokenizer_dir = match a.tokenizer_dir {
+        Some(dir) => dir,
+        None => default_tokenizer_dir()?,
+    };
+    let opts = GenRandomOptions {
+        seed: a.seed,
+        dtype,
+        tokenizer_dir,
+        generation_eos: a.preset.generation_eos(),
+        max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+    };
+    gen_random(&cfg, &a.out, &opts).with_context(|| format!("writing {}", a.out.display()))?;
+    println!(
+        "wrote random {} ({} layers, {dtype}, seed {}) to {}",
+        a.preset,
+        cfg.num_hidden_layers,
+        a.seed,
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// `$TOKENROUTER_CACHE/assets/qwen3-tokenizer`, else the nearest
+/// `.cache/assets/qwen3-tokenizer` above the working directory.
+fn default_tokenizer_dir() -> anyhow::Result<PathBuf> {
+    const SUB: &str = "assets/qwen3-tokenizer";
+    if let Some(cache) = std::env::var_os("TOKENROUTER_CACHE") {
+        return Ok(Path::new(&cache).join(SUB));
+    }
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    cwd.ancestors()
+        .map(|a| a.join(".cache").join(SUB))
+        .find(|p| p.is_dir())
+        .with_context(|| {
+            format!(
+                "no Qwen3 tokenizer found: pass --tokenizer-dir, set TOKENROUTER_CACHE, \
+                 or run `make test` to fetch the assets (searched above {})",
+                cwd.display()
+            )
+        })
 }

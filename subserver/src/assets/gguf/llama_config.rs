@@ -1,0 +1,184 @@
+//! `config.json` for a llama-architecture GGUF, from its `llama.*` metadata.
+
+use super::file::GgufHeader;
+use crate::assets::dtype::StorageDtype;
+use crate::assets::AssetError;
+use crate::model::config::{Architecture, ModelConfig, TokenIds};
+
+/// Builds the transformers config of the model in `h`. `tied` is true when
+/// the file has no `output.weight` (the head reuses the embedding).
+pub fn llama_config(
+    h: &GgufHeader,
+    tied: bool,
+    dtype: StorageDtype,
+) -> Result<ModelConfig, AssetError> {
+    let arch = h.str("general.architecture")?;
+    if arch != "llama" {
+        return Err(AssetError::UnsupportedModel(format!(
+            "general.architecture is `{arch}`; only `llama` GGUFs are imported"
+        )));
+    }
+    let hidden = h.u64("llama.embedding_length")? as usize;
+    let heads = h.u64("llama.attention.head_count")? as usize;
+    if heads == 0 || !hidden.is_multiple_of(heads) {
+        return Err(AssetError::Metadata {
+            key: "llama.attention.head_count".into(),
+            reason: format!("{heads} heads do not divide embedding_length {hidden}"),
+        });
+    }
+    let kv_heads = h
+        .opt_u64("llama.attention.head_count_kv")?
+        .map_or(heads, |v| v as usize);
+    let head_dim = h
+        .opt_u64("llama.attention.key_length")?
+        .map_or(hidden / heads, |v| v as usize);
+    if let Some(v) = h.opt_u64("llama.attention.value_length")? {
+        if v as usize != head_dim {
+            return Err(AssetError::UnsupportedModel(format!(
+                "llama.attention.value_length {v} differs from key_length {head_dim}"
+            )));
+        }
+    }
+    if let Some(rot) = h.opt_u64("llama.rope.dimension_count")? {
+        if rot as usize != head_dim {
+            return Err(AssetError::UnsupportedModel(format!(
+                "llama.rope.dimension_count {rot} != head_dim {head_dim} (partial rotary is not supported)"
+            )));
+        }
+    }
+    if let Some(kind) = h.opt_str("llama.rope.scaling.type")? {
+        if kind != "none" {
+            return Err(AssetError::UnsupportedModel(format!(
+                "llama.rope.scaling.type `{kind}` is not supported"
+            )));
+        }
+    }
+    let vocab = match h.opt_u64("llama.vocab_size")? {
+        Some(v) => v as usize,
+        None => h
+            .get("tokenizer.ggml.tokens")
+            .and_then(|v| v.as_array())
+            .map(<[_]>::len)
+            .ok_or_else(|| AssetError::Metadata {
+                key: "llama.vocab_size".into(),
+                reason: "missing, and no tokenizer.ggml.tokens to count".into(),
+            })?,
+    };
+    let eps = h
+        .opt_f64("llama.attention.layer_norm_rms_epsilon")?
+        .ok_or_else(|| AssetError::Metadata {
+            key: "llama.attention.layer_norm_rms_epsilon".into(),
+            reason: "missing".into(),
+        })?;
+    let eos = h
+        .opt_u64("tokenizer.ggml.eos_token_id")?
+        .map(|v| TokenIds::One(v as u32));
+    let arch = Architecture::Llama;
+    let cfg = ModelConfig {
+        architectures: vec![arch.hf_name().to_string()],
+        model_type: Some(arch.model_type().to_string()),
+        hidden_size: hidden,
+        intermediate_size: h.u64("llama.feed_forward_length")? as usize,
+        num_hidden_layers: h.u64("llama.block_count")? as usize,
+        num_attention_heads: heads,
+        num_key_value_heads: Some(kv_heads),
+        head_dim: Some(head_dim),
+        vocab_size: vocab,
+        rms_norm_eps: eps,
+        rope_theta: h.opt_f64("llama.rope.freq_base")?.unwrap_or(10_000.0),
+        rope_scaling: None,
+        max_position_embeddings: h.u64("llama.context_length")? as usize,
+        tie_word_embeddings: tied,
+        attention_bias: false,
+        hidden_act: "silu".to_string(),
+        torch_dtype: Some(dtype.torch_name().to_string()),
+        bos_token_id: h.opt_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32),
+        eos_token_id: eos,
+    };
+    cfg.validate().map_err(AssetError::UnsupportedModel)?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::super::test_file::GgufBuilder;
+    use super::super::value::MetadataValue as V;
+    use super::*;
+
+    fn llama_meta() -> GgufBuilder {
+        let mut b = GgufBuilder::new(3);
+        b.kv("general.architecture", V::String("llama".into()));
+        b.kv("llama.block_count", V::U32(2));
+        b.kv("llama.context_length", V::U32(128));
+        b.kv("llama.embedding_length", V::U32(8));
+        b.kv("llama.feed_forward_length", V::U32(12));
+        b.kv("llama.attention.head_count", V::U32(2));
+        b.kv("llama.attention.head_count_kv", V::U32(1));
+        b.kv("llama.rope.freq_base", V::F32(100000.0));
+        b.kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5));
+        b.kv("llama.vocab_size", V::U32(10));
+        b.kv("llama.rope.dimension_count", V::U32(4));
+        b.kv("tokenizer.ggml.bos_token_id", V::U32(1));
+        b.kv("tokenizer.ggml.eos_token_id", V::U32(2));
+        b
+    }
+
+    fn parse(b: &GgufBuilder) -> GgufHeader {
+        GgufHeader::parse(Path::new("c.gguf"), &b.build()).unwrap()
+    }
+
+    #[test]
+    fn builds_llama_config_from_metadata() {
+        let cfg = llama_config(&parse(&llama_meta()), true, StorageDtype::BF16).unwrap();
+        assert_eq!(cfg.architectures, ["LlamaForCausalLM"]);
+        assert_eq!(
+            (
+                cfg.hidden_size,
+                cfg.intermediate_size,
+                cfg.num_hidden_layers
+            ),
+            (8, 12, 2)
+        );
+        assert_eq!(
+            (cfg.num_attention_heads, cfg.kv_heads(), cfg.head_dim()),
+            (2, 1, 4)
+        );
+        assert_eq!(cfg.rms_norm_eps, 1e-5);
+        assert_eq!(cfg.rope_theta, 100000.0);
+        assert_eq!(cfg.max_position_embeddings, 128);
+        assert_eq!(cfg.vocab_size, 10);
+        assert!(cfg.tie_word_embeddings);
+        assert_eq!(cfg.torch_dtype.as_deref(), Some("bfloat16"));
+        assert_eq!((cfg.bos_token_id, cfg.eos_ids()), (Some(1), vec![2]));
+    }
+
+    #[test]
+    fn rejects_other_architectures_partial_rotary_and_missing_keys() {
+        let mut b = llama_meta();
+        b.set_kv("general.architecture", V::String("qwen2".into()));
+        assert!(llama_config(&parse(&b), true, StorageDtype::F32)
+            .unwrap_err()
+            .to_string()
+            .contains("qwen2"));
+        let mut b = llama_meta();
+        b.set_kv("llama.rope.dimension_count", V::U32(2));
+        assert!(llama_config(&parse(&b), true, StorageDtype::F32)
+            .unwrap_err()
+            .to_string()
+            .contains("partial rotary"));
+        let mut b = llama_meta();
+        b.remove_kv("llama.block_count");
+        let err = llama_config(&parse(&b), true, StorageDtype::F32).unwrap_err();
+        assert!(err.to_string().contains("llama.block_count"), "{err}");
+        let mut b = llama_meta();
+        b.set_kv("llama.embedding_length", V::String("8".into()));
+        let err = llama_config(&parse(&b), true, StorageDtype::F32).unwrap_err();
+        assert!(
+            err.to_string().contains("llama.embedding_length")
+                && err.to_string().contains("string"),
+            "{err}"
+        );
+    }
+}
