@@ -11,7 +11,8 @@ PY       := $(VENV)/bin/python
 PIP      := $(VENV)/bin/pip -q --disable-pip-version-check
 ASSETS   := $(CACHE)/assets
 MODELS   := $(CACHE)/models
-BIN      := $(ROOT)/target/release/tokenrouter
+TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
+BIN      := $(TARGET_DIR)/release/tokenrouter
 
 TORCH_VERSION := 2.11.0
 # The two runtime wheels torch's metadata names that libtorch_cpu needs to load.
@@ -101,5 +102,5 @@ bench: bench-engine
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
-	$(ROOT)/target/release/examples/bench_engine --model $(SMOLLM2) --python $(PY) \
+	$(TARGET_DIR)/release/examples/bench_engine --model $(SMOLLM2) --python $(PY) \
 	  --out $(ROOT)/docs/results/engine.md

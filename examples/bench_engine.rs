@@ -52,7 +52,7 @@ fn ours(args: &Args, batch: usize) -> Result<f64> {
         runner.kv().admit(rid, &prompt)?;
         step.items.push(StepItem { rid, start: 0, tokens: prompt });
     }
-    let mut advance = |step: &mut StepBatch, rows: Vec<Vec<f32>>| {
+    let advance = |step: &mut StepBatch, rows: Vec<Vec<f32>>| {
         for (item, row) in step.items.iter_mut().zip(rows) {
             item.start += item.tokens.len();
             item.tokens = vec![argmax(&row)];

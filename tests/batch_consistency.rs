@@ -6,6 +6,7 @@ mod common;
 use subserver::engine::{BatchEngine, EngineLimits};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use subserver::runner::ModelRunner;
 use subserver::sampling::SamplingParams;
 
 fn engine(model: &str, limits: EngineLimits) -> BatchEngine<TchRunner> {

@@ -11,7 +11,7 @@ use subserver::engine::{BatchEngine, EngineLimits};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::sampling::SamplingParams;
-use subserver::tokenizer::{ChatMessage, ChatTemplate, IncrementalDecoder, TextTokenizer};
+use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
 
 /// Arguments of `generate`.
 #[derive(Debug, clap::Args)]
@@ -69,7 +69,7 @@ pub struct GenerateArgs {
 /// Runs `generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
     if let Some(t) = args.threads {
-        tch::set_num_threads(t);
+        subserver::device::set_cpu_threads(t);
     }
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
     let prompt_text = if args.chat {
@@ -103,10 +103,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     opts.dtype = args.dtype.parse::<DType>()?;
     opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
     let runner = TchRunner::load(&opts).context("loading the model")?;
-    let mut engine = BatchEngine::new(runner, EngineLimits::default());
+    let mut engine = BatchEngine::new(runner, EngineLimits::default()).with_tokenizer(tokenizer.clone());
     engine.add(0, prompt.clone(), &params)?;
 
-    let mut decoder = IncrementalDecoder::new(&tokenizer, &prompt);
     let mut stdout = std::io::stdout().lock();
     let start = Instant::now();
     let mut first_token = None;
@@ -115,8 +114,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         for ev in engine.step()? {
             first_token.get_or_insert_with(|| start.elapsed());
             generated += 1;
-            let text = decoder.push(ev.token)?;
-            write!(stdout, "{text}")?;
+            write!(stdout, "{}", ev.text)?;
             stdout.flush()?;
         }
     }

@@ -102,6 +102,11 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
     Ok((free as u64, total as u64))
 }
 
+/// Sets libtorch's intra-op CPU threads.
+pub fn set_cpu_threads(n: i32) {
+    tch::set_num_threads(n.max(1));
+}
+
 /// Floating-point dtypes for weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {
