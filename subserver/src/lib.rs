@@ -3,6 +3,7 @@
 //! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
 
 pub mod assets;
+pub mod config;
 pub mod device;
 //TEMP pub mod engine;
 pub mod error;
