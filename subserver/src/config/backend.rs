@@ -23,6 +23,9 @@ mod tests {
             assert_eq!(b.to_string(), b.as_str());
         }
         let err = "gpu".parse::<Backend>().unwrap_err();
-        assert_eq!(err.to_string(), "unknown backend `gpu` (expected one of: tch, sim)");
+        assert_eq!(
+            err.to_string(),
+            "unknown backend `gpu` (expected one of: tch, sim)"
+        );
     }
 }

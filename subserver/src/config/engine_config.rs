@@ -63,8 +63,10 @@ impl EngineConfig {
     /// Reads and parses a file; relative paths resolve against its directory.
     /// Errors name the file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let base_dir = match path.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir,
             _ => Path::new("."),
@@ -81,8 +83,10 @@ impl EngineConfig {
     /// with `TOKENROUTER_CACHE` defaulting to `.cache` in the current
     /// directory.
     pub fn embedded_default() -> Result<Self, ConfigError> {
-        let cwd = std::env::current_dir()
-            .map_err(|source| ConfigError::Io { path: PathBuf::from("."), source })?;
+        let cwd = std::env::current_dir().map_err(|source| ConfigError::Io {
+            path: PathBuf::from("."),
+            source,
+        })?;
         embedded_default_in(&cwd, &|name| std::env::var(name).ok())
     }
 
@@ -246,7 +250,8 @@ mod tests {
     }
 
     fn example(name: &str) -> EngineConfig {
-        EngineConfig::from_file(&examples_dir().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+        EngineConfig::from_file(&examples_dir().join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
     }
 
     #[test]
@@ -254,7 +259,10 @@ mod tests {
         let mut loaded = Vec::new();
         for entry in std::fs::read_dir(examples_dir()).unwrap() {
             let path = entry.unwrap().path();
-            if matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml")) {
+            if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml")
+            ) {
                 let config = EngineConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
                 assert_eq!(config.source(), Some(path.as_path()));
                 loaded.push(path.file_name().unwrap().to_string_lossy().into_owned());
@@ -275,7 +283,10 @@ mod tests {
             "tcp-split.yaml",
         ];
         for name in expected {
-            assert!(loaded.iter().any(|l| l == name), "config/{name} is missing (found {loaded:?})");
+            assert!(
+                loaded.iter().any(|l| l == name),
+                "config/{name} is missing (found {loaded:?})"
+            );
         }
     }
 
@@ -297,16 +308,29 @@ mod tests {
             ("default.yaml", "RStitch"),
         ];
         for (file, name) in cases {
-            assert_eq!(policy(&example(file)), PolicyName::parse(name).unwrap(), "{file}");
+            assert_eq!(
+                policy(&example(file)),
+                PolicyName::parse(name).unwrap(),
+                "{file}"
+            );
         }
         let r2r = example("r2r.yaml");
         assert!(kw(&r2r, "router_path").is_some());
         assert_eq!(r2r.model_names(), ["quick", "reference"]);
         let router = r2r.resolve_path(kw(&r2r, "router_path").unwrap().as_str().unwrap());
         assert!(router.starts_with(examples_dir()), "{}", router.display());
-        assert_eq!(kw(&example("citer.yaml"), "threshold"), Some(serde_json::json!(0.98)));
-        assert_eq!(kw(&example("co-llm.yaml"), "threshold"), Some(serde_json::json!(0.15)));
-        assert_eq!(kw(&example("r-stitch.yaml"), "threshold"), Some(serde_json::json!(0.03)));
+        assert_eq!(
+            kw(&example("citer.yaml"), "threshold"),
+            Some(serde_json::json!(0.98))
+        );
+        assert_eq!(
+            kw(&example("co-llm.yaml"), "threshold"),
+            Some(serde_json::json!(0.15))
+        );
+        assert_eq!(
+            kw(&example("r-stitch.yaml"), "threshold"),
+            Some(serde_json::json!(0.03))
+        );
         let me = example("me.yaml");
         assert_eq!(me.models().len(), 3);
         assert_eq!(kw(&me, "weights"), Some(serde_json::json!([0.5, 0.3, 0.2])));
@@ -317,7 +341,15 @@ mod tests {
         let sim = example("sim-r2r.yaml");
         assert_eq!(sim.backend(), Backend::Sim);
         assert_eq!(kw(&sim, "probability"), Some(serde_json::json!(0.35)));
-        let step = |i: usize| sim.model(i).unwrap().sim.as_ref().unwrap().latency_ms.step_ms(1, 1);
+        let step = |i: usize| {
+            sim.model(i)
+                .unwrap()
+                .sim
+                .as_ref()
+                .unwrap()
+                .latency_ms
+                .step_ms(1, 1)
+        };
         assert_eq!((step(0), step(1)), (6.0, 27.9));
         assert_eq!(sim.thresholds().for_model(1), Some(&[1, 2, 2, 3][..]));
         assert_eq!(
@@ -334,7 +366,10 @@ mod tests {
         assert_eq!(tcp.transport(), &TransportConfig::Tcp(expected));
         // Example paths point at the repository's cache, next to config/.
         let quick = tcp.model(0).unwrap().path.clone().unwrap();
-        assert_eq!(quick, examples_dir().join("../.cache/models/smollm2-135m-l12"));
+        assert_eq!(
+            quick,
+            examples_dir().join("../.cache/models/smollm2-135m-l12")
+        );
     }
 
     #[test]
@@ -344,18 +379,28 @@ mod tests {
         assert_eq!(c.model_names(), ["quick", "reference"]);
         assert_eq!(c.entry_index(), 0);
         let paths: Vec<_> = c.models().iter().map(|m| m.path.clone().unwrap()).collect();
-        assert_eq!(paths[0], Path::new("/work/repo/.cache/models/smollm2-135m-l12"));
+        assert_eq!(
+            paths[0],
+            Path::new("/work/repo/.cache/models/smollm2-135m-l12")
+        );
         assert_eq!(paths[1], Path::new("/work/repo/.cache/models/smollm2-135m"));
         assert_eq!(c.policy().name.as_str(), "RStitch");
-        assert_eq!(c.policy().kwargs.get("threshold"), Some(&serde_json::json!(0.03)));
+        assert_eq!(
+            c.policy().kwargs.get("threshold"),
+            Some(&serde_json::json!(0.03))
+        );
         assert_eq!(c.backend(), Backend::Tch);
         assert_eq!(c.device(), DeviceSpec::Cpu);
         assert_eq!(c.execution_mode(), ExecutionMode::AsyncDelayed);
         assert_eq!(c.source(), None);
 
-        let cache_env = |name: &str| (name == "TOKENROUTER_CACHE").then(|| "/srv/cache".to_string());
+        let cache_env =
+            |name: &str| (name == "TOKENROUTER_CACHE").then(|| "/srv/cache".to_string());
         let c = embedded_default_in(Path::new("/work/repo"), &cache_env).unwrap();
-        assert_eq!(c.model(1).unwrap().path.as_deref(), Some(Path::new("/srv/cache/models/smollm2-135m")));
+        assert_eq!(
+            c.model(1).unwrap().path.as_deref(),
+            Some(Path::new("/srv/cache/models/smollm2-135m"))
+        );
 
         // The public entry point reads the real environment and directory.
         let real = EngineConfig::embedded_default().unwrap();
@@ -379,12 +424,23 @@ mod tests {
         let err = EngineConfig::from_file(&bad).unwrap_err();
         assert_eq!(err.error_type(), "schema");
         assert_eq!(err.key(), Some("model.quick.colour"));
-        assert!(err.to_string().starts_with(&format!("{}: model.quick.colour: ", bad.display())), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with(&format!("{}: model.quick.colour: ", bad.display())),
+            "{err}"
+        );
 
         let good = dir.path().join("good.yaml");
-        std::fs::write(&good, "model: {a: {path: m}}\nsystem: {entry_model: a}\nscheduler_class: R2R\n").unwrap();
+        std::fs::write(
+            &good,
+            "model: {a: {path: m}}\nsystem: {entry_model: a}\nscheduler_class: R2R\n",
+        )
+        .unwrap();
         let c = EngineConfig::from_file(&good).unwrap();
-        assert_eq!(c.model(0).unwrap().path.as_deref(), Some(dir.path().join("m").as_path()));
+        assert_eq!(
+            c.model(0).unwrap().path.as_deref(),
+            Some(dir.path().join("m").as_path())
+        );
         assert_eq!(c.base_dir(), dir.path());
     }
 

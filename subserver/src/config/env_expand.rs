@@ -25,7 +25,9 @@ pub(crate) fn expand_env(
             && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !name.starts_with(|c: char| c.is_ascii_digit());
         if !valid {
-            return Err(format!("`${{{body}}}` is not a variable reference (use ${{NAME}} or ${{NAME:-fallback}})"));
+            return Err(format!(
+                "`${{{body}}}` is not a variable reference (use ${{NAME}} or ${{NAME:-fallback}})"
+            ));
         }
         match (lookup(name).filter(|v| !v.is_empty()), fallback) {
             (Some(value), _) => out.push_str(&value),
@@ -53,19 +55,39 @@ mod tests {
     #[test]
     fn expands_set_unset_and_fallbacks() {
         assert_eq!(expand_env("a/b", &env).unwrap(), "a/b");
-        assert_eq!(expand_env("${CACHE}/models/x", &env).unwrap(), "/c/models/x");
+        assert_eq!(
+            expand_env("${CACHE}/models/x", &env).unwrap(),
+            "/c/models/x"
+        );
         assert_eq!(expand_env("${CACHE:-../.cache}/m", &env).unwrap(), "/c/m");
-        assert_eq!(expand_env("${NOPE:-../.cache}/m", &env).unwrap(), "../.cache/m");
+        assert_eq!(
+            expand_env("${NOPE:-../.cache}/m", &env).unwrap(),
+            "../.cache/m"
+        );
         assert_eq!(expand_env("${EMPTY:-d}/m", &env).unwrap(), "d/m");
-        assert_eq!(expand_env("$HOME/${CACHE}${CACHE}", &env).unwrap(), "$HOME//c/c");
+        assert_eq!(
+            expand_env("$HOME/${CACHE}${CACHE}", &env).unwrap(),
+            "$HOME//c/c"
+        );
     }
 
     #[test]
     fn rejects_unset_and_malformed() {
-        assert_eq!(expand_env("${NOPE}/m", &env).unwrap_err(), "environment variable NOPE is not set");
-        assert!(expand_env("${CACHE", &env).unwrap_err().contains("unterminated"));
-        assert!(expand_env("${}", &env).unwrap_err().contains("not a variable reference"));
-        assert!(expand_env("${A B}", &env).unwrap_err().contains("not a variable reference"));
-        assert!(expand_env("${1X}", &env).unwrap_err().contains("not a variable reference"));
+        assert_eq!(
+            expand_env("${NOPE}/m", &env).unwrap_err(),
+            "environment variable NOPE is not set"
+        );
+        assert!(expand_env("${CACHE", &env)
+            .unwrap_err()
+            .contains("unterminated"));
+        assert!(expand_env("${}", &env)
+            .unwrap_err()
+            .contains("not a variable reference"));
+        assert!(expand_env("${A B}", &env)
+            .unwrap_err()
+            .contains("not a variable reference"));
+        assert!(expand_env("${1X}", &env)
+            .unwrap_err()
+            .contains("not a variable reference"));
     }
 }

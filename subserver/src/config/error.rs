@@ -88,12 +88,18 @@ fn at(location: &Option<Location>) -> String {
 impl ConfigError {
     /// A rule violation at `key`.
     pub fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Invalid { key: key.into(), message: message.into() }
+        Self::Invalid {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 
     /// A setting this build does not support yet, at `key`.
     pub fn unsupported(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Unsupported { key: key.into(), message: message.into() }
+        Self::Unsupported {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 
     /// A short stable label for metrics and logs.
@@ -111,9 +117,9 @@ impl ConfigError {
     /// The dotted path of the offending key, when the error concerns one.
     pub fn key(&self) -> Option<&str> {
         match self {
-            Self::Schema { key, .. } | Self::Invalid { key, .. } | Self::Unsupported { key, .. } => {
-                Some(key)
-            }
+            Self::Schema { key, .. }
+            | Self::Invalid { key, .. }
+            | Self::Unsupported { key, .. } => Some(key),
             Self::InFile { source, .. } => source.key(),
             Self::Io { .. } | Self::Syntax { .. } => None,
         }
@@ -132,7 +138,10 @@ impl ConfigError {
     pub(crate) fn in_file(self, file: PathBuf) -> Self {
         match self {
             Self::Io { .. } | Self::InFile { .. } => self,
-            other => Self::InFile { file, source: Box::new(other) },
+            other => Self::InFile {
+                file,
+                source: Box::new(other),
+            },
         }
     }
 }
@@ -148,14 +157,23 @@ mod tests {
             message: "unknown field `bogus`".into(),
             location: Some(Location { line: 4, column: 5 }),
         };
-        assert_eq!(e.to_string(), "model.quick.bogus: unknown field `bogus` (at line 4, column 5)");
+        assert_eq!(
+            e.to_string(),
+            "model.quick.bogus: unknown field `bogus` (at line 4, column 5)"
+        );
         let e = e.in_file(PathBuf::from("/x/c.yaml"));
         assert_eq!(e.error_type(), "schema");
         assert_eq!(e.key(), Some("model.quick.bogus"));
         assert_eq!(e.location(), Some(Location { line: 4, column: 5 }));
-        assert!(e.to_string().starts_with("/x/c.yaml: model.quick.bogus: "), "{e}");
+        assert!(
+            e.to_string().starts_with("/x/c.yaml: model.quick.bogus: "),
+            "{e}"
+        );
         let e = ConfigError::unsupported("tp_size", "tensor parallelism is not supported yet");
         assert_eq!(e.error_type(), "unsupported");
-        assert_eq!(e.to_string(), "tp_size: tensor parallelism is not supported yet");
+        assert_eq!(
+            e.to_string(),
+            "tp_size: tensor parallelism is not supported yet"
+        );
     }
 }

@@ -48,10 +48,18 @@ pub enum LatencyModel {
 impl LatencyModel {
     /// A validated linear model.
     pub fn linear(base: f64, per_seq: f64, per_token: f64) -> Result<Self, LatencyError> {
-        for (field, value) in [("base", base), ("per_seq", per_seq), ("per_token", per_token)] {
+        for (field, value) in [
+            ("base", base),
+            ("per_seq", per_seq),
+            ("per_token", per_token),
+        ] {
             check_ms(field.to_string(), value)?;
         }
-        Ok(Self::Linear { base, per_seq, per_token })
+        Ok(Self::Linear {
+            base,
+            per_seq,
+            per_token,
+        })
     }
 
     /// A validated table model (batch sizes >= 1, strictly increasing).
@@ -62,7 +70,11 @@ impl LatencyModel {
         let mut previous = 0;
         for (index, &(batch, ms)) in points.iter().enumerate() {
             if batch <= previous {
-                return Err(LatencyError::Unordered { index, batch, previous });
+                return Err(LatencyError::Unordered {
+                    index,
+                    batch,
+                    previous,
+                });
             }
             check_ms(format!("table[{index}]"), ms)?;
             previous = batch;
@@ -74,9 +86,11 @@ impl LatencyModel {
     /// `new_tokens` tokens in all. The table form depends on `batch` only.
     pub fn step_ms(&self, batch: usize, new_tokens: usize) -> f64 {
         match self {
-            Self::Linear { base, per_seq, per_token } => {
-                base + per_seq * batch as f64 + per_token * new_tokens as f64
-            }
+            Self::Linear {
+                base,
+                per_seq,
+                per_token,
+            } => base + per_seq * batch as f64 + per_token * new_tokens as f64,
             Self::Table(points) => interpolate(points, batch),
         }
     }
@@ -134,19 +148,32 @@ mod tests {
     #[test]
     fn rejects_bad_numbers_and_orders() {
         assert_eq!(
-            LatencyModel::linear(-1.0, 0.0, 0.0).unwrap_err().to_string(),
+            LatencyModel::linear(-1.0, 0.0, 0.0)
+                .unwrap_err()
+                .to_string(),
             "base must be a finite number >= 0 (got -1)"
         );
         assert!(LatencyModel::linear(1.0, f64::NAN, 0.0).is_err());
         assert!(LatencyModel::linear(1.0, 0.0, f64::INFINITY).is_err());
-        assert_eq!(LatencyModel::table(vec![]).unwrap_err(), LatencyError::EmptyTable);
+        assert_eq!(
+            LatencyModel::table(vec![]).unwrap_err(),
+            LatencyError::EmptyTable
+        );
         assert_eq!(
             LatencyModel::table(vec![(0, 1.0)]).unwrap_err(),
-            LatencyError::Unordered { index: 0, batch: 0, previous: 0 }
+            LatencyError::Unordered {
+                index: 0,
+                batch: 0,
+                previous: 0
+            }
         );
         assert_eq!(
             LatencyModel::table(vec![(1, 1.0), (8, 2.0), (8, 3.0)]).unwrap_err(),
-            LatencyError::Unordered { index: 2, batch: 8, previous: 8 }
+            LatencyError::Unordered {
+                index: 2,
+                batch: 8,
+                previous: 8
+            }
         );
         assert!(LatencyModel::table(vec![(1, 1.0), (2, -0.5)])
             .unwrap_err()

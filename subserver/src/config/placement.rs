@@ -112,7 +112,10 @@ mod tests {
 
     #[test]
     fn dtypes_map_to_torch_kinds() {
-        assert_eq!(tch::Kind::from("bf16".parse::<DType>().unwrap()), tch::Kind::BFloat16);
+        assert_eq!(
+            tch::Kind::from("bf16".parse::<DType>().unwrap()),
+            tch::Kind::BFloat16
+        );
         assert_eq!(tch::Kind::from(DType::F16), tch::Kind::Half);
         assert_eq!(tch::Kind::from(DType::F32), tch::Kind::Float);
         assert!("fp32".parse::<DType>().is_err());

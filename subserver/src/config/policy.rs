@@ -12,7 +12,10 @@ const BUILTIN: &[(&str, &[&str])] = &[
     ("CoLLM", &["co_llm", "co-llm", "collm"]),
     ("RStitch", &["r_stitch", "r-stitch", "rstitch"]),
     ("ME", &["me"]),
-    ("GlimpRouter", &["glimprouter", "glimp_router", "glimp-router"]),
+    (
+        "GlimpRouter",
+        &["glimprouter", "glimp_router", "glimp-router"],
+    ),
     ("QueryLevel", &["query_level", "query-level", "querylevel"]),
     ("Random", &["random"]),
     ("Bernoulli", &["bernoulli"]),

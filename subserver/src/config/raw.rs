@@ -123,7 +123,10 @@ impl<'de> Visitor<'de> for RawTransportVisitor {
 
     fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<RawTransport, E> {
         let kind = text.parse::<TransportKind>().map_err(E::custom)?;
-        Ok(RawTransport { kind: Some(kind), ..RawTransport::default() })
+        Ok(RawTransport {
+            kind: Some(kind),
+            ..RawTransport::default()
+        })
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<RawTransport, A::Error> {

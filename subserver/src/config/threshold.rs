@@ -59,7 +59,9 @@ pub struct ThresholdTable {
 impl ThresholdTable {
     /// A table where no model ever waits (`B = 1` everywhere).
     pub fn no_delay(models: usize) -> Self {
-        Self { per_model: vec![vec![1]; models] }
+        Self {
+            per_model: vec![vec![1]; models],
+        }
     }
 
     /// A table from one list per model (index = concurrency - 1).
@@ -155,7 +157,11 @@ pub(crate) fn parse_thresholds(
 }
 
 /// Form (a) or (b), told apart by the first item.
-fn parse_sequence(items: &[Value], models: usize, key: &str) -> Result<Vec<Vec<usize>>, ConfigError> {
+fn parse_sequence(
+    items: &[Value],
+    models: usize,
+    key: &str,
+) -> Result<Vec<Vec<usize>>, ConfigError> {
     let Some(first) = items.first() else {
         return Err(ConfigError::invalid(key, "must not be empty"));
     };
@@ -216,7 +222,10 @@ fn parse_mapping(
         let Value::Sequence(items) = list else {
             return Err(ConfigError::invalid(
                 entry_key,
-                format!("expected a list of ints (one per concurrency), got {}", describe(list)),
+                format!(
+                    "expected a list of ints (one per concurrency), got {}",
+                    describe(list)
+                ),
             ));
         };
         if items.is_empty() {
@@ -266,10 +275,12 @@ mod tests {
 
     #[test]
     fn all_forms_normalize_to_the_same_table() {
-        let expected =
-            ThresholdTable::from_per_model(vec![vec![1, 1, 2], vec![1, 2, 3]]).unwrap();
+        let expected = ThresholdTable::from_per_model(vec![vec![1, 1, 2], vec![1, 2, 3]]).unwrap();
         assert_eq!(parse("[[1, 1], [1, 2], [2, 3]]").unwrap(), expected);
-        assert_eq!(parse("{quick: [1, 1, 2], reference: [1, 2, 3]}").unwrap(), expected);
+        assert_eq!(
+            parse("{quick: [1, 1, 2], reference: [1, 2, 3]}").unwrap(),
+            expected
+        );
         // Form (a) is one list for every model.
         let same = ThresholdTable::from_per_model(vec![vec![1, 3], vec![1, 3]]).unwrap();
         assert_eq!(parse("[1, 3]").unwrap(), same);
@@ -292,19 +303,51 @@ mod tests {
         let cases = [
             ("[]", "delayed_batching_threshold", "must not be empty"),
             ("3", "delayed_batching_threshold", "got `3`"),
-            ("[1, 0]", "delayed_batching_threshold[1]", "expected an integer >= 1, got `0`"),
+            (
+                "[1, 0]",
+                "delayed_batching_threshold[1]",
+                "expected an integer >= 1, got `0`",
+            ),
             ("[1, -2]", "delayed_batching_threshold[1]", "got `-2`"),
             ("[1, 2.5]", "delayed_batching_threshold[1]", "got `2.5`"),
             ("[1, x]", "delayed_batching_threshold[1]", "got \"x\""),
             ("[[1, 1], 2]", "delayed_batching_threshold[1]", "got `2`"),
-            ("[[1, 1], [1]]", "delayed_batching_threshold[1]", "has 1 entries, expected one per model (2)"),
-            ("[[1, 1], [1, 0]]", "delayed_batching_threshold[1][1]", "got `0`"),
+            (
+                "[[1, 1], [1]]",
+                "delayed_batching_threshold[1]",
+                "has 1 entries, expected one per model (2)",
+            ),
+            (
+                "[[1, 1], [1, 0]]",
+                "delayed_batching_threshold[1][1]",
+                "got `0`",
+            ),
             ("[1, [2, 2]]", "delayed_batching_threshold[1]", "got a list"),
-            ("{big: [1]}", "delayed_batching_threshold.big", "\"big\" is not a model (models: quick, reference)"),
-            ("{quick: []}", "delayed_batching_threshold.quick", "must not be empty"),
-            ("{quick: 2}", "delayed_batching_threshold.quick", "expected a list of ints"),
-            ("{quick: [1, 0]}", "delayed_batching_threshold.quick[1]", "got `0`"),
-            ("{1: [1]}", "delayed_batching_threshold", "keys must be model names"),
+            (
+                "{big: [1]}",
+                "delayed_batching_threshold.big",
+                "\"big\" is not a model (models: quick, reference)",
+            ),
+            (
+                "{quick: []}",
+                "delayed_batching_threshold.quick",
+                "must not be empty",
+            ),
+            (
+                "{quick: 2}",
+                "delayed_batching_threshold.quick",
+                "expected a list of ints",
+            ),
+            (
+                "{quick: [1, 0]}",
+                "delayed_batching_threshold.quick[1]",
+                "got `0`",
+            ),
+            (
+                "{1: [1]}",
+                "delayed_batching_threshold",
+                "keys must be model names",
+            ),
         ];
         for (yaml, key, message) in cases {
             let (got_key, got_message) = error(yaml);
@@ -339,14 +382,24 @@ mod tests {
         let mut t = ThresholdTable::no_delay(2);
         assert_eq!(
             t.replace(vec![vec![1]]).unwrap_err(),
-            ThresholdError::ModelCount { expected: 2, got: 1 }
+            ThresholdError::ModelCount {
+                expected: 2,
+                got: 1
+            }
         );
-        assert_eq!(t.replace(vec![vec![1], vec![]]).unwrap_err(), ThresholdError::Empty { model: 1 });
+        assert_eq!(
+            t.replace(vec![vec![1], vec![]]).unwrap_err(),
+            ThresholdError::Empty { model: 1 }
+        );
         assert_eq!(
             t.replace(vec![vec![1], vec![1, 0]]).unwrap_err(),
             ThresholdError::Zero { model: 1, index: 1 }
         );
-        assert_eq!(t, ThresholdTable::no_delay(2), "a failed replace leaves the table alone");
+        assert_eq!(
+            t,
+            ThresholdTable::no_delay(2),
+            "a failed replace leaves the table alone"
+        );
         t.replace(vec![vec![1, 2], vec![3]]).unwrap();
         assert_eq!(t.get(0, 2), 2);
         assert_eq!(t.get(1, 9), 3);
@@ -354,7 +407,10 @@ mod tests {
             t.replace_model(2, vec![1]).unwrap_err(),
             ThresholdError::NoSuchModel { model: 2, count: 2 }
         );
-        assert_eq!(t.replace_model(0, vec![]).unwrap_err(), ThresholdError::Empty { model: 0 });
+        assert_eq!(
+            t.replace_model(0, vec![]).unwrap_err(),
+            ThresholdError::Empty { model: 0 }
+        );
         t.replace_model(1, vec![1, 1, 4]).unwrap();
         assert_eq!(t.for_model(1), Some(&[1, 1, 4][..]));
         assert_eq!(t.num_models(), 2);

@@ -92,10 +92,24 @@ mod tests {
 
     #[test]
     fn addresses_need_host_and_port() {
-        for ok in ["127.0.0.1:31001", "quick-0.group.svc:31001", "[::1]:80", "localhost:1"] {
+        for ok in [
+            "127.0.0.1:31001",
+            "quick-0.group.svc:31001",
+            "[::1]:80",
+            "localhost:1",
+        ] {
             assert!(check_address(ok).is_ok(), "{ok}");
         }
-        for bad in ["127.0.0.1", ":31001", "h:0", "h:70000", "h:x", "::1:80", "a b:1", "[::1:80"] {
+        for bad in [
+            "127.0.0.1",
+            ":31001",
+            "h:0",
+            "h:70000",
+            "h:x",
+            "::1:80",
+            "a b:1",
+            "[::1:80",
+        ] {
             assert!(check_address(bad).is_err(), "{bad}");
         }
     }
