@@ -430,6 +430,18 @@ mod tests {
             "{err}"
         );
 
+        // The message docs/config.md shows.
+        let doc = dir.path().join("doc.yaml");
+        std::fs::write(&doc, "model:\n  quick:\n    colour: red\n").unwrap();
+        assert_eq!(
+            EngineConfig::from_file(&doc).unwrap_err().to_string(),
+            format!(
+                "{}: model.quick.colour: unknown field `colour`, expected one of `path`, \
+                 `tp_size`, `device`, `dtype`, `sim` (at line 3, column 5)",
+                doc.display()
+            )
+        );
+
         let good = dir.path().join("good.yaml");
         std::fs::write(
             &good,
