@@ -4,6 +4,7 @@
 
 pub mod assets;
 pub mod bench;
+pub mod config;
 pub mod device;
 pub mod engine;
 pub mod error;

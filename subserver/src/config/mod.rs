@@ -1,0 +1,42 @@
+//! The engine configuration: one YAML file describing a routed group (its
+//! models, the routing policy, delayed batching, transport and gateway).
+//!
+//! The file accepts the official TokenRouter layout (`model`, `system`,
+//! `scheduler_class`, `scheduler_kwargs`, `delayed_batching_threshold`,
+//! `tp_size`) and our additions beside it. Loading happens in three passes:
+//! YAML syntax, shape (serde with `deny_unknown_fields`, so unknown keys are
+//! reported with their path), then meaning (`load`), which resolves defaults
+//! and cross-field rules into the typed [`EngineConfig`]. Every key is
+//! documented in `docs/config.md`.
+
+mod backend;
+mod engine_config;
+mod env_expand;
+mod error;
+mod execution_mode;
+mod gateway;
+mod latency;
+mod load;
+mod model;
+mod ordered_map;
+mod placement;
+mod policy;
+mod raw;
+mod string_enum;
+mod system;
+mod threshold;
+mod transport;
+
+pub use backend::Backend;
+pub use engine_config::{EngineConfig, SimGroupConfig, DEFAULT_CONFIG_YAML};
+pub use error::{ConfigError, Location};
+pub use execution_mode::ExecutionMode;
+pub use gateway::GatewayConfig;
+pub use latency::{LatencyError, LatencyModel};
+pub use model::{ModelSpec, SimModel, DEFAULT_SIM_VOCAB_SIZE};
+pub use placement::{DType, DeviceSpec};
+pub use policy::{PolicyName, PolicySpec};
+pub use string_enum::ParseEnumError;
+pub use system::{KvBudget, SystemConfig};
+pub use threshold::{ThresholdError, ThresholdTable};
+pub use transport::{TcpTransport, TransportConfig, TransportKind};
