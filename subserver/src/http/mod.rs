@@ -1,0 +1,27 @@
+//! The subserver's small HTTP surface, for Prometheus and the operator:
+//!
+//! | method | path | answer |
+//! |---|---|---|
+//! | GET | `/metrics` | the registry in the Prometheus text format |
+//! | GET | `/health` | 200 `{"status":"ok"}`, or 503 `{"status":"unhealthy","reason":..}` |
+//! | GET | `/admin/thresholds` | `{"delayed_batching_threshold": {model: [B at n=1, ...]}}` |
+//! | PUT | `/admin/thresholds` | same body in; sets it, answers the new table (400 on bad input) |
+//! | GET | `/admin/state` | [`AdminApi::snapshot`] (queues per model, KV usage) |
+//!
+//! Errors answer `{"error":{"message":..,"type":..}}` as the OpenAI API
+//! does. The server runs on its own thread and tokio runtime, owned by
+//! [`SubserverHttp`]; dropping the handle stops it.
+
+mod admin;
+#[cfg(test)]
+mod endpoint_tests;
+mod error;
+mod reply;
+mod routes;
+mod server;
+mod thresholds;
+
+pub use admin::{AdminApi, ThresholdTable};
+pub use error::HttpError;
+pub use server::SubserverHttp;
+pub use thresholds::{parse_thresholds, thresholds_json, THRESHOLDS_KEY};

@@ -1,0 +1,131 @@
+//! The warp filters of the endpoints (table in the module doc).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use prometheus::Registry;
+use serde_json::json;
+use warp::http::StatusCode;
+use warp::hyper::body::Bytes;
+use warp::reject::{LengthRequired, MethodNotAllowed, PayloadTooLarge};
+use warp::reply::Response;
+use warp::{Filter, Rejection};
+
+use super::admin::AdminApi;
+use super::reply;
+use super::thresholds::{parse_thresholds, thresholds_json};
+use crate::metrics::{encode_text, TEXT_CONTENT_TYPE};
+
+/// Largest PUT body accepted: a threshold table is a few kilobytes
+/// (a handful of models by a thousand `n` fit).
+const MAX_BODY_BYTES: u64 = 64 * 1024;
+
+const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, GET /admin/state";
+
+/// Every endpoint, with errors turned into JSON answers.
+pub(super) fn routes(
+    state: Arc<dyn AdminApi>,
+    registry: Registry,
+) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone + Send + Sync + 'static {
+    let metrics = warp::path!("metrics")
+        .and(warp::get())
+        .map(move || metrics(&registry));
+    let s = state.clone();
+    let health = warp::path!("health")
+        .and(warp::get())
+        .map(move || health(s.as_ref()));
+    let s = state.clone();
+    let get_thresholds = warp::path!("admin" / "thresholds")
+        .and(warp::get())
+        .map(move || reply::json(StatusCode::OK, &thresholds_json(&s.thresholds())));
+    let s = state.clone();
+    let put_thresholds = warp::path!("admin" / "thresholds")
+        .and(warp::put())
+        .and(warp::body::content_length_limit(MAX_BODY_BYTES))
+        .and(warp::body::bytes())
+        .map(move |body: Bytes| put_thresholds(s.as_ref(), &body));
+    let admin_state = warp::path!("admin" / "state")
+        .and(warp::get())
+        .map(move || reply::json(StatusCode::OK, &state.snapshot()));
+
+    metrics
+        .or(health)
+        .unify()
+        .or(get_thresholds)
+        .unify()
+        .or(put_thresholds)
+        .unify()
+        .or(admin_state)
+        .unify()
+        .recover(rejection)
+        .unify()
+}
+
+fn metrics(registry: &Registry) -> Response {
+    match encode_text(registry) {
+        Ok(text) => reply::text(StatusCode::OK, TEXT_CONTENT_TYPE, text),
+        Err(e) => {
+            tracing::error!(error = %e, "GET /metrics");
+            reply::error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string())
+        }
+    }
+}
+
+fn health(state: &dyn AdminApi) -> Response {
+    match state.healthy() {
+        Ok(()) => reply::json(StatusCode::OK, &json!({"status": "ok"})),
+        Err(reason) => reply::json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"status": "unhealthy", "reason": reason}),
+        ),
+    }
+}
+
+fn put_thresholds(state: &dyn AdminApi, body: &[u8]) -> Response {
+    let table = match parse_thresholds(body, &state.thresholds()) {
+        Ok(table) => table,
+        Err(message) => {
+            tracing::warn!(%message, "PUT /admin/thresholds refused");
+            return reply::error(StatusCode::BAD_REQUEST, &message);
+        }
+    };
+    tracing::info!(?table, "PUT /admin/thresholds");
+    match state.set_thresholds(table) {
+        Ok(now) => reply::json(StatusCode::OK, &thresholds_json(&now)),
+        Err(message) => {
+            tracing::warn!(%message, "PUT /admin/thresholds refused by the subserver");
+            reply::error(StatusCode::BAD_REQUEST, &message)
+        }
+    }
+}
+
+/// What no endpoint took: unknown path, wrong method, bad body framing.
+async fn rejection(r: Rejection) -> Result<Response, Infallible> {
+    // A combined rejection holds every branch's reason; `find` returns the
+    // first present, so the body errors (from the branch whose path and
+    // method matched) are looked for before the other branches' 405s.
+    let (status, message) = if r.find::<PayloadTooLarge>().is_some() {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("body larger than {MAX_BODY_BYTES} bytes"),
+        )
+    } else if r.find::<LengthRequired>().is_some() {
+        (
+            StatusCode::LENGTH_REQUIRED,
+            "a Content-Length header is required".to_string(),
+        )
+    } else if r.find::<MethodNotAllowed>().is_some() {
+        (
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method not allowed; endpoints: {ENDPOINTS}"),
+        )
+    } else if r.is_not_found() {
+        (
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint; endpoints: {ENDPOINTS}"),
+        )
+    } else {
+        (StatusCode::BAD_REQUEST, format!("bad request: {r:?}"))
+    };
+    Ok(reply::error(status, &message))
+}
