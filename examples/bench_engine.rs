@@ -48,9 +48,15 @@ fn ours(args: &Args, batch: usize) -> Result<f64> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut step = StepBatch::default();
     for rid in 0..batch as u64 {
-        let prompt: Vec<u32> = (0..args.prompt_tokens).map(|_| rng.random_range(100..vocab - 1)).collect();
+        let prompt: Vec<u32> = (0..args.prompt_tokens)
+            .map(|_| rng.random_range(100..vocab - 1))
+            .collect();
         runner.kv().admit(rid, &prompt)?;
-        step.items.push(StepItem { rid, start: 0, tokens: prompt });
+        step.items.push(StepItem {
+            rid,
+            start: 0,
+            tokens: prompt,
+        });
     }
     let advance = |step: &mut StepBatch, rows: Vec<Vec<f32>>| {
         for (item, row) in step.items.iter_mut().zip(rows) {
@@ -80,11 +86,17 @@ fn theirs(args: &Args, batch: usize) -> Result<f64> {
         .output()
         .context("run hf_bench.py")?;
     if !out.status.success() {
-        bail!("hf_bench.py failed: {}", String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "hf_bench.py failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let line = String::from_utf8_lossy(&out.stdout);
-    let json: serde_json::Value = serde_json::from_str(line.trim()).context("parse hf_bench output")?;
-    json["decode_tok_s"].as_f64().context("decode_tok_s missing")
+    let json: serde_json::Value =
+        serde_json::from_str(line.trim()).context("parse hf_bench output")?;
+    json["decode_tok_s"]
+        .as_f64()
+        .context("decode_tok_s missing")
 }
 
 fn main() -> Result<()> {

@@ -20,7 +20,11 @@ fn prompts(vocab: u32) -> Vec<Vec<u32>> {
     [5usize, 23, 60, 11, 37]
         .iter()
         .enumerate()
-        .map(|(k, &n)| (0..n).map(|i| ((i * 7919 + k * 104_729) as u32) % (vocab - 200) + 100).collect())
+        .map(|(k, &n)| {
+            (0..n)
+                .map(|i| ((i * 7919 + k * 104_729) as u32) % (vocab - 200) + 100)
+                .collect()
+        })
         .collect()
 }
 
@@ -41,7 +45,13 @@ fn check(model: &str) {
         .collect();
 
     // Small token budget: long prompts prefill in chunks beside running decodes.
-    let mut e = engine(model, EngineLimits { max_batched_tokens: 24, max_batch_size: 8 });
+    let mut e = engine(
+        model,
+        EngineLimits {
+            max_batched_tokens: 24,
+            max_batch_size: 8,
+        },
+    );
     let mut added = 0;
     let mut step = 0;
     while added < ps.len() || !e.is_idle() {
@@ -55,12 +65,20 @@ fn check(model: &str) {
     let mut batched = e.take_finished();
     batched.sort_by_key(|c| c.id);
     for (c, want) in batched.iter().zip(&alone) {
-        assert_eq!(&c.tokens, want, "{model}: request {} differs when batched", c.id);
+        assert_eq!(
+            &c.tokens, want,
+            "{model}: request {} differs when batched",
+            c.id
+        );
     }
     assert_eq!(batched.len(), ps.len());
     let kv = e.runner().kv_ref();
     assert_eq!(kv.num_requests(), 0, "requests left in the KV cache");
-    assert_eq!(kv.num_available_blocks(), kv.num_blocks(), "KV blocks leaked");
+    assert_eq!(
+        kv.num_available_blocks(),
+        kv.num_blocks(),
+        "KV blocks leaked"
+    );
 }
 
 #[test]

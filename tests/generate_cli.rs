@@ -29,12 +29,24 @@ fn smollm2_knows_the_capital_of_france() {
         "32",
     ]);
     assert!(text.contains("Paris"), "answer was: {text}");
-    assert!(stats.contains("tokens/s"), "no throughput on stderr: {stats}");
+    assert!(
+        stats.contains("tokens/s"),
+        "no throughput on stderr: {stats}"
+    );
 }
 
 #[test]
 fn same_seed_same_sample_and_max_tokens_is_respected() {
-    let args = ["--prompt", "Once upon a time", "--temperature", "0.9", "--seed", "42", "--max-tokens", "12"];
+    let args = [
+        "--prompt",
+        "Once upon a time",
+        "--temperature",
+        "0.9",
+        "--seed",
+        "42",
+        "--max-tokens",
+        "12",
+    ];
     let (a, stats) = generate(&args);
     let (b, _) = generate(&args);
     assert_eq!(a, b, "same seed gave different samples");
@@ -54,7 +66,13 @@ fn bad_arguments_are_precise_errors() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("tpu:0"));
 
     let out = Command::new(common::binary())
-        .args(["generate", "--model", "/nonexistent/model", "--prompt", "hi"])
+        .args([
+            "generate",
+            "--model",
+            "/nonexistent/model",
+            "--prompt",
+            "hi",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -7,8 +7,8 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::runner::memory::KvBudget;
+use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::runner::{ModelRunner, StepBatch, StepItem};
 use tch::Tensor;
 
@@ -29,18 +29,43 @@ fn reference(model: &Path) -> Reference {
         .arg(common::script("hf_logits.py"))
         .arg(model)
         .arg(&file)
-        .args(["--prompt-tokens", &PROMPT_TOKENS.to_string(), "--steps", &STEPS.to_string()])
+        .args([
+            "--prompt-tokens",
+            &PROMPT_TOKENS.to_string(),
+            "--steps",
+            &STEPS.to_string(),
+        ])
         .status()
         .expect("run the python reference");
-    assert!(status.success(), "hf_logits.py failed on {}", model.display());
+    assert!(
+        status.success(),
+        "hf_logits.py failed on {}",
+        model.display()
+    );
     let named = Tensor::read_safetensors(&file).unwrap();
-    let get = |n: &str| named.iter().find(|(k, _)| k == n).map(|(_, t)| t.shallow_clone()).unwrap();
-    let ids = |t: Tensor| Vec::<i64>::try_from(&t).unwrap().into_iter().map(|x| x as u32).collect();
+    let get = |n: &str| {
+        named
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, t)| t.shallow_clone())
+            .unwrap()
+    };
+    let ids = |t: Tensor| {
+        Vec::<i64>::try_from(&t)
+            .unwrap()
+            .into_iter()
+            .map(|x| x as u32)
+            .collect()
+    };
     let logits = get("logits");
     let rows = (0..logits.size()[0])
         .map(|i| Vec::<f32>::try_from(&logits.get(i)).unwrap())
         .collect();
-    Reference { prompt: ids(get("prompt_ids")), tokens: ids(get("tokens")), logits: rows }
+    Reference {
+        prompt: ids(get("prompt_ids")),
+        tokens: ids(get("tokens")),
+        logits: rows,
+    }
 }
 
 fn argmax(v: &[f32]) -> u32 {
@@ -59,10 +84,21 @@ fn ours(model: &Path, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
     opts.kv_budget = KvBudget::Tokens(256);
     let mut runner = TchRunner::load(&opts).unwrap();
     runner.kv().admit(1, prompt).unwrap();
-    let mut batch = StepBatch { items: vec![StepItem { rid: 1, start: 0, tokens: prompt.to_vec() }] };
+    let mut batch = StepBatch {
+        items: vec![StepItem {
+            rid: 1,
+            start: 0,
+            tokens: prompt.to_vec(),
+        }],
+    };
     let (mut tokens, mut logits) = (Vec::new(), Vec::new());
     for _ in 0..STEPS {
-        let row = runner.forward(&batch).unwrap().logits_rows().unwrap().remove(0);
+        let row = runner
+            .forward(&batch)
+            .unwrap()
+            .logits_rows()
+            .unwrap()
+            .remove(0);
         let next = argmax(&row);
         let item = &mut batch.items[0];
         item.start += item.tokens.len();
@@ -75,7 +111,10 @@ fn ours(model: &Path, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
 
 fn max_rel_err(ours: &[f32], theirs: &[f32]) -> f64 {
     let scale = theirs.iter().fold(0f64, |m, &x| m.max((x as f64).abs()));
-    let diff = ours.iter().zip(theirs).fold(0f64, |m, (&a, &b)| m.max((a as f64 - b as f64).abs()));
+    let diff = ours
+        .iter()
+        .zip(theirs)
+        .fold(0f64, |m, (&a, &b)| m.max((a as f64 - b as f64).abs()));
     diff / scale.max(1e-30)
 }
 
@@ -90,8 +129,14 @@ fn check(model_name: &str) {
         .map(|(a, b)| max_rel_err(a, b))
         .fold(0f64, f64::max);
     eprintln!("{model_name}: worst relative logit error over {STEPS} steps = {worst:.3e}");
-    assert!(worst <= MAX_REL_ERR, "{model_name}: relative error {worst:.3e} > {MAX_REL_ERR:e}");
-    assert_eq!(tokens, r.tokens, "{model_name}: greedy tokens differ from transformers");
+    assert!(
+        worst <= MAX_REL_ERR,
+        "{model_name}: relative error {worst:.3e} > {MAX_REL_ERR:e}"
+    );
+    assert_eq!(
+        tokens, r.tokens,
+        "{model_name}: greedy tokens differ from transformers"
+    );
 }
 
 #[test]

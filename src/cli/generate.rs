@@ -103,7 +103,8 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     opts.dtype = args.dtype.parse::<DType>()?;
     opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
     let runner = TchRunner::load(&opts).context("loading the model")?;
-    let mut engine = BatchEngine::new(runner, EngineLimits::default()).with_tokenizer(tokenizer.clone());
+    let mut engine =
+        BatchEngine::new(runner, EngineLimits::default()).with_tokenizer(tokenizer.clone());
     engine.add(0, prompt.clone(), &params)?;
 
     let mut stdout = std::io::stdout().lock();
@@ -122,7 +123,11 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let done = engine.take_finished();
     let total = start.elapsed().as_secs_f64();
     let ttft = first_token.map(|d| d.as_secs_f64()).unwrap_or(total);
-    let decode_rate = if generated > 1 { (generated - 1) as f64 / (total - ttft).max(1e-9) } else { 0.0 };
+    let decode_rate = if generated > 1 {
+        (generated - 1) as f64 / (total - ttft).max(1e-9)
+    } else {
+        0.0
+    };
     eprintln!(
         "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s",
         prompt.len(),

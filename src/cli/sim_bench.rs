@@ -67,7 +67,12 @@ pub fn run(args: SimBenchArgs) -> Result<()> {
     } else {
         println!(
             "{:?} N={}: {:.1} tok/s, large share {:.3}, steps {:?}, mean batch {:?}",
-            mode, opts.concurrency, report.throughput_tok_s, report.large_share, report.steps_per_model, report.mean_batch_per_model
+            mode,
+            opts.concurrency,
+            report.throughput_tok_s,
+            report.large_share,
+            report.steps_per_model,
+            report.mean_batch_per_model
         );
     }
     Ok(())

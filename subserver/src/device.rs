@@ -83,7 +83,11 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
     let lib = names
         .iter()
         .find_map(|n| unsafe { libloading::Library::new(n) }.ok())
-        .ok_or_else(|| EngineError::InvalidDevice("cannot load libcudart to size the KV cache; give a token budget instead".into()))?;
+        .ok_or_else(|| {
+            EngineError::InvalidDevice(
+                "cannot load libcudart to size the KV cache; give a token budget instead".into(),
+            )
+        })?;
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: both symbols have these C signatures in every CUDA runtime.
     let rc = unsafe {
@@ -94,10 +98,16 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
             .get(b"cudaMemGetInfo\0")
             .map_err(|e| EngineError::InvalidDevice(format!("cudaMemGetInfo: {e}")))?;
         let rc = set(index as i32);
-        if rc != 0 { rc } else { info(&mut free, &mut total) }
+        if rc != 0 {
+            rc
+        } else {
+            info(&mut free, &mut total)
+        }
     };
     if rc != 0 {
-        return Err(EngineError::InvalidDevice(format!("cudaMemGetInfo failed with error {rc}")));
+        return Err(EngineError::InvalidDevice(format!(
+            "cudaMemGetInfo failed with error {rc}"
+        )));
     }
     Ok((free as u64, total as u64))
 }
@@ -169,6 +179,10 @@ mod tests {
     #[test]
     fn parses_dtypes() {
         assert_eq!("bfloat16".parse::<DType>().unwrap(), DType::BF16);
-        assert!("int8".parse::<DType>().unwrap_err().to_string().contains("int8"));
+        assert!("int8"
+            .parse::<DType>()
+            .unwrap_err()
+            .to_string()
+            .contains("int8"));
     }
 }

@@ -63,7 +63,10 @@ pub enum EngineError {
 impl EngineError {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io { path: path.to_path_buf(), source }
+        Self::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 
     /// A short stable label for metrics.

@@ -15,8 +15,8 @@ pub mod model;
 pub mod peer;
 pub mod policy;
 pub mod runner;
-pub mod scheduler;
 pub mod sampling;
+pub mod scheduler;
 pub mod tokenizer;
 
 pub use error::EngineError;

@@ -34,7 +34,9 @@ pub fn python() -> PathBuf {
 
 /// A script under tests/python.
 pub fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
 }
 
 /// The release binary built by `make build`/cargo for these tests.

@@ -42,7 +42,9 @@ fn one_token(server: &Group, seq: &[u32], params: &SamplingParams) -> Result<u32
             StreamEvent::Failed(e) => return Err(e),
         }
     }
-    token.ok_or(RequestError::Engine("a server finished without a token".into()))
+    token.ok_or(RequestError::Engine(
+        "a server finished without a token".into(),
+    ))
 }
 
 /// Writes up to `max_tokens` tokens for `prompt`, one call per token, and
@@ -62,7 +64,10 @@ pub fn generate(
         let position = seq.len();
         let small_token = one_token(&servers.servers[rule.small], &seq, params)?;
         let (token, writer) = if uniform(request_seed ^ rule.seed, position, 0) < rule.probability {
-            (one_token(&servers.servers[rule.large], &seq, params)?, rule.large)
+            (
+                one_token(&servers.servers[rule.large], &seq, params)?,
+                rule.large,
+            )
         } else {
             (small_token, rule.small)
         };

@@ -46,7 +46,9 @@ impl std::str::FromStr for BenchMode {
             "lockstep" => Ok(Self::Lockstep),
             "serial" => Ok(Self::Serial),
             "std_serving" => Ok(Self::StdServing),
-            _ => Err(format!("unknown mode `{s}` (async_delayed, async, lockstep, serial, std_serving)")),
+            _ => Err(format!(
+                "unknown mode `{s}` (async_delayed, async, lockstep, serial, std_serving)"
+            )),
         }
     }
 }
@@ -100,13 +102,19 @@ pub struct SimBenchReport {
 fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::InvalidRequest(m));
     if o.latencies_ms.len() != 2 {
-        return bad(format!("--latencies-ms needs 2 values (small, large), got {}", o.latencies_ms.len()));
+        return bad(format!(
+            "--latencies-ms needs 2 values (small, large), got {}",
+            o.latencies_ms.len()
+        ));
     }
     if o.latencies_ms.iter().any(|&l| !(l >= 0.0 && l.is_finite())) {
         return bad("--latencies-ms must be non-negative".into());
     }
     if !(0.0..=1.0).contains(&o.route_probability) {
-        return bad(format!("--route-probability must be in [0, 1], got {}", o.route_probability));
+        return bad(format!(
+            "--route-probability must be in [0, 1], got {}",
+            o.route_probability
+        ));
     }
     if o.concurrency == 0 {
         return bad("--concurrency must be at least 1".into());
@@ -114,7 +122,7 @@ fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
     if o.thresholds.len() != 2 || o.thresholds.contains(&0) {
         return bad("--thresholds needs 2 positive values (small, large)".into());
     }
-    if !(o.duration_s > 0.0) || o.warmup_s < 0.0 {
+    if o.duration_s.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || o.warmup_s < 0.0 {
         return bad("--duration-s must be positive and the warm-up non-negative".into());
     }
     Ok(())
@@ -127,11 +135,21 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
         per_token: 0.0,
     };
     let kv_tokens = o.concurrency * (o.prompt_tokens + 8192) + 4096;
-    SimRunner::new(&format!("sim{m}"), 32_000, vec![], Box::new(latency), kv_tokens, 16, o.seed + m as u64)
+    SimRunner::new(
+        &format!("sim{m}"),
+        32_000,
+        vec![],
+        Box::new(latency),
+        kv_tokens,
+        16,
+        o.seed + m as u64,
+    )
 }
 
 fn prompt(o: &SimBenchOptions, client: usize) -> Vec<u32> {
-    (0..o.prompt_tokens.max(1)).map(|i| ((i * 31 + client * 7919) % 30_000 + 1) as u32).collect()
+    (0..o.prompt_tokens.max(1))
+        .map(|i| ((i * 31 + client * 7919) % 30_000 + 1) as u32)
+        .collect()
 }
 
 /// Runs one measurement.
@@ -150,11 +168,17 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         BenchMode::Lockstep => ExecutionMode::Lockstep,
         _ => ExecutionMode::Serial,
     };
-    let kwargs = serde_json::json!({"probability": o.route_probability, "seed": o.seed, "target": 1});
+    let kwargs =
+        serde_json::json!({"probability": o.route_probability, "seed": o.seed, "target": 1});
     let mut members = Vec::new();
     for m in 0..2usize {
-        let at = Placement { model: m as u16, num_models: 2, entry: 0 };
-        let policy = build("Random", &kwargs, at).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        let at = Placement {
+            model: m as u16,
+            num_models: 2,
+            entry: 0,
+        };
+        let policy =
+            build("Random", &kwargs, at).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         members.push(MemberSpec {
             name: ["small", "large"][m].to_string(),
             runner: Box::new(sim_runner(o, m)?),
@@ -167,7 +191,10 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         entry: 0,
         mode,
         max_batch_wait: Duration::from_secs_f64(o.max_batch_wait_ms / 1e3),
-        limits: EngineLimits { max_batched_tokens: 8192, max_batch_size: 512 },
+        limits: EngineLimits {
+            max_batched_tokens: 8192,
+            max_batch_size: 512,
+        },
         fallback_on_peer_failure: false,
         peer_timeout: Duration::from_secs(60),
     };
@@ -206,9 +233,22 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     Ok(SimBenchReport {
         options: o.clone(),
         throughput_tok_s: tokens as f64 / wall,
-        large_share: if tokens > 0 { by_writer[1] as f64 / tokens as f64 } else { 0.0 },
+        large_share: if tokens > 0 {
+            by_writer[1] as f64 / tokens as f64
+        } else {
+            0.0
+        },
         steps_per_model: stats.iter().map(|s| s.steps).collect(),
-        mean_batch_per_model: stats.iter().map(|s| if s.steps > 0 { s.batch_sum as f64 / s.steps as f64 } else { 0.0 }).collect(),
+        mean_batch_per_model: stats
+            .iter()
+            .map(|s| {
+                if s.steps > 0 {
+                    s.batch_sum as f64 / s.steps as f64
+                } else {
+                    0.0
+                }
+            })
+            .collect(),
         tokens,
         wall_s: wall,
     })
@@ -234,8 +274,13 @@ fn group_shutdown(group: Arc<Group>) -> Option<Group> {
 fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     let mut servers = Vec::new();
     for m in 0..2usize {
-        let at = Placement { model: 0, num_models: 1, entry: 0 };
-        let policy = build("Single", &serde_json::Value::Null, at).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        let at = Placement {
+            model: 0,
+            num_models: 1,
+            entry: 0,
+        };
+        let policy = build("Single", &serde_json::Value::Null, at)
+            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         let member = MemberSpec {
             name: ["small", "large"][m].to_string(),
             runner: Box::new(sim_runner(o, m)?),
@@ -245,29 +290,50 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         };
         let settings = GroupSettings {
             mode: ExecutionMode::Async,
-            limits: EngineLimits { max_batched_tokens: 1 << 20, max_batch_size: 512 },
+            limits: EngineLimits {
+                max_batched_tokens: 1 << 20,
+                max_batch_size: 512,
+            },
             ..GroupSettings::default()
         };
         servers.push(Group::start(vec![member], settings));
     }
     let servers = Arc::new(StdServers { servers });
-    let rule = ForwardRule { probability: o.route_probability, seed: o.seed, small: 0, large: 1 };
+    let rule = ForwardRule {
+        probability: o.route_probability,
+        seed: o.seed,
+        small: 0,
+        large: 1,
+    };
     let measuring = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let clients: Vec<_> = (0..o.concurrency)
         .map(|c| {
-            let (servers, measuring, stop, counts) = (servers.clone(), measuring.clone(), stop.clone(), counts.clone());
+            let (servers, measuring, stop, counts) = (
+                servers.clone(),
+                measuring.clone(),
+                stop.clone(),
+                counts.clone(),
+            );
             let p = prompt(o, c);
             let seed = o.seed.wrapping_mul(1_000_003).wrapping_add(c as u64);
             std::thread::spawn(move || {
                 let params = SamplingParams::greedy(1);
-                let _ = forwarder::generate(&servers, rule, seed, &p, 1_000_000, &params, |_, writer| {
-                    if measuring.load(Ordering::Relaxed) {
-                        counts[writer].fetch_add(1, Ordering::Relaxed);
-                    }
-                    !stop.load(Ordering::Relaxed)
-                });
+                let _ = forwarder::generate(
+                    &servers,
+                    rule,
+                    seed,
+                    &p,
+                    1_000_000,
+                    &params,
+                    |_, writer| {
+                        if measuring.load(Ordering::Relaxed) {
+                            counts[writer].fetch_add(1, Ordering::Relaxed);
+                        }
+                        !stop.load(Ordering::Relaxed)
+                    },
+                );
             })
         })
         .collect();
@@ -285,19 +351,31 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     }
     let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     let tokens: u64 = per.iter().sum();
-    let steps: Vec<u64> = before.iter().zip(&after).map(|(b, a)| a.steps - b.steps).collect();
+    let steps: Vec<u64> = before
+        .iter()
+        .zip(&after)
+        .map(|(b, a)| a.steps - b.steps)
+        .collect();
     let batch: Vec<f64> = before
         .iter()
         .zip(&after)
         .map(|(b, a)| {
             let s = a.steps - b.steps;
-            if s > 0 { (a.batch_sum - b.batch_sum) as f64 / s as f64 } else { 0.0 }
+            if s > 0 {
+                (a.batch_sum - b.batch_sum) as f64 / s as f64
+            } else {
+                0.0
+            }
         })
         .collect();
     Ok(SimBenchReport {
         options: o.clone(),
         throughput_tok_s: tokens as f64 / wall,
-        large_share: if tokens > 0 { per[1] as f64 / tokens as f64 } else { 0.0 },
+        large_share: if tokens > 0 {
+            per[1] as f64 / tokens as f64
+        } else {
+            0.0
+        },
         steps_per_model: steps,
         mean_batch_per_model: batch,
         tokens,

@@ -26,7 +26,10 @@ pub struct EngineLimits {
 
 impl Default for EngineLimits {
     fn default() -> Self {
-        Self { max_batched_tokens: 2048, max_batch_size: 256 }
+        Self {
+            max_batched_tokens: 2048,
+            max_batch_size: 256,
+        }
     }
 }
 
@@ -95,8 +98,15 @@ impl<R: ModelRunner> BatchEngine<R> {
     }
 
     /// Queues a request after validating it.
-    pub fn add(&mut self, id: u64, prompt: Vec<u32>, params: &SamplingParams) -> Result<(), EngineError> {
-        params.validate().map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+    pub fn add(
+        &mut self,
+        id: u64,
+        prompt: Vec<u32>,
+        params: &SamplingParams,
+    ) -> Result<(), EngineError> {
+        params
+            .validate()
+            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         if prompt.is_empty() {
             return Err(EngineError::InvalidRequest("prompt is empty".into()));
         }
@@ -123,11 +133,15 @@ impl<R: ModelRunner> BatchEngine<R> {
             )));
         }
         if !params.stop.is_empty() && self.tokenizer.is_none() {
-            return Err(EngineError::InvalidRequest("stop strings need a tokenizer".into()));
+            return Err(EngineError::InvalidRequest(
+                "stop strings need a tokenizer".into(),
+            ));
         }
         let in_use = self.waiting.iter().chain(&self.running).any(|s| s.id == id);
         if in_use {
-            return Err(EngineError::InvalidRequest(format!("request id {id} is already queued")));
+            return Err(EngineError::InvalidRequest(format!(
+                "request id {id} is already queued"
+            )));
         }
         self.next_seed = self.next_seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let eos = info.eos_ids.clone();
@@ -195,7 +209,9 @@ impl<R: ModelRunner> BatchEngine<R> {
             }
         }
         while budget > 0 && plan.len() < self.limits.max_batch_size {
-            let Some(mut seq) = self.waiting.pop_front() else { break };
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
             let all = seq.all_tokens();
             let cached = self.runner.kv().admit(seq.id, &all)?;
             seq.computed = cached;
@@ -230,7 +246,11 @@ impl<R: ModelRunner> BatchEngine<R> {
             .iter()
             .map(|&(i, n)| {
                 let s = &self.running[i];
-                StepItem { rid: s.id, start: s.computed, tokens: s.tokens_at(s.computed, n) }
+                StepItem {
+                    rid: s.id,
+                    start: s.computed,
+                    tokens: s.tokens_at(s.computed, n),
+                }
             })
             .collect();
         let out = self.runner.forward(&StepBatch { items })?;
@@ -259,7 +279,12 @@ impl<R: ModelRunner> BatchEngine<R> {
                 }
             }
             seq.finish = finish;
-            events.push(TokenEvent { id: seq.id, token, text, finish });
+            events.push(TokenEvent {
+                id: seq.id,
+                token,
+                text,
+                finish,
+            });
         }
         self.retire_finished();
         Ok(events)
@@ -271,7 +296,12 @@ impl<R: ModelRunner> BatchEngine<R> {
             if let Some(finish) = self.running[i].finish {
                 let seq = self.running.remove(i);
                 let all = seq.all_tokens();
-                if self.runner.kv().release(seq.id, &all[..seq.computed]).is_err() {
+                if self
+                    .runner
+                    .kv()
+                    .release(seq.id, &all[..seq.computed])
+                    .is_err()
+                {
                     let _ = self.runner.kv().free(seq.id);
                 }
                 self.finished.push(Completion {

@@ -78,7 +78,13 @@ impl Sequence {
     pub fn tokens_at(&self, start: usize, n: usize) -> Vec<u32> {
         let p = self.prompt.len();
         (start..start + n)
-            .map(|i| if i < p { self.prompt[i] } else { self.output[i - p] })
+            .map(|i| {
+                if i < p {
+                    self.prompt[i]
+                } else {
+                    self.output[i - p]
+                }
+            })
             .collect()
     }
 }

@@ -43,8 +43,8 @@ mod block_allocator;
 mod block_table;
 mod error;
 mod manager;
-pub mod storage;
 mod prefix_cache;
+pub mod storage;
 
 #[cfg(test)]
 mod invariant_tests;

@@ -40,7 +40,11 @@ impl KvStorage {
             keys.push(Tensor::f_zeros(shape, (kind, device))?);
             values.push(Tensor::f_zeros(shape, (kind, device))?);
         }
-        Ok(Self { keys, values, num_slots: num_slots as i64 })
+        Ok(Self {
+            keys,
+            values,
+            num_slots: num_slots as i64,
+        })
     }
 
     /// Number of slots per layer.
@@ -49,7 +53,13 @@ impl KvStorage {
     }
 
     /// Writes `k`, `v` (`[T, kv_heads, head_dim]`) of `layer` at `slots` (`[T]`).
-    pub fn write(&mut self, layer: usize, slots: &Tensor, k: &Tensor, v: &Tensor) -> Result<(), EngineError> {
+    pub fn write(
+        &mut self,
+        layer: usize,
+        slots: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(), EngineError> {
         let _ = self.keys[layer].f_index_copy_(0, slots, k)?;
         let _ = self.values[layer].f_index_copy_(0, slots, v)?;
         Ok(())

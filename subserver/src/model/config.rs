@@ -201,7 +201,10 @@ impl ModelConfig {
 
     /// EOS ids from the config (generation_config.json may add more).
     pub fn eos_ids(&self) -> Vec<u32> {
-        self.eos_token_id.as_ref().map(TokenIds::to_vec).unwrap_or_default()
+        self.eos_token_id
+            .as_ref()
+            .map(TokenIds::to_vec)
+            .unwrap_or_default()
     }
 
     /// Checks the shape arithmetic the decoder relies on.
@@ -229,7 +232,10 @@ impl ModelConfig {
             ));
         }
         if !self.head_dim().is_multiple_of(2) {
-            return Err(format!("config.json: head_dim ({}) must be even for RoPE", self.head_dim()));
+            return Err(format!(
+                "config.json: head_dim ({}) must be even for RoPE",
+                self.head_dim()
+            ));
         }
         if self.hidden_act != "silu" {
             return Err(format!(

@@ -16,8 +16,12 @@ use crate::runner::layout::BatchLayout;
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {
     let kind = x.kind();
     let xf = x.f_to_kind(Kind::Float)?;
-    let var = xf.f_pow_tensor_scalar(2)?.f_mean_dim(-1, true, Kind::Float)?;
-    let normed = xf.f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?.f_to_kind(kind)?;
+    let var = xf
+        .f_pow_tensor_scalar(2)?
+        .f_mean_dim(-1, true, Kind::Float)?;
+    let normed = xf
+        .f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?
+        .f_to_kind(kind)?;
     Ok(normed.f_mul(weight)?)
 }
 
@@ -56,10 +60,12 @@ impl Decoder {
         kind: Kind,
         device: Device,
     ) -> Result<Self, EngineError> {
-        let arch = cfg.architecture().map_err(|reason| EngineError::InvalidModel {
-            path: Default::default(),
-            reason,
-        })?;
+        let arch = cfg
+            .architecture()
+            .map_err(|reason| EngineError::InvalidModel {
+                path: Default::default(),
+                reason,
+            })?;
         let h = cfg.hidden_size as i64;
         let hd = cfg.head_dim() as i64;
         let nh = cfg.num_attention_heads as i64;
@@ -181,7 +187,9 @@ impl Decoder {
             let qkv = h.f_linear(&layer.qkv, layer.qkv_bias.as_ref())?;
             let mut q = qkv.f_narrow(1, 0, nh * hd)?.f_view([t, nh, hd])?;
             let mut k = qkv.f_narrow(1, nh * hd, nkv * hd)?.f_view([t, nkv, hd])?;
-            let v = qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd)?.f_view([t, nkv, hd])?;
+            let v = qkv
+                .f_narrow(1, (nh + nkv) * hd, nkv * hd)?
+                .f_view([t, nkv, hd])?;
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
                 q = rms_norm(&q, qn, eps)?;
                 k = rms_norm(&k, kn, eps)?;
@@ -195,12 +203,17 @@ impl Decoder {
             let h = rms_norm(&x, &layer.post_norm, eps)?;
             let gu = h.f_linear::<Tensor>(&layer.gate_up, None)?;
             let inter = cfg.intermediate_size as i64;
-            let act = gu.f_narrow(1, 0, inter)?.f_silu()?.f_mul(&gu.f_narrow(1, inter, inter)?)?;
+            let act = gu
+                .f_narrow(1, 0, inter)?
+                .f_silu()?
+                .f_mul(&gu.f_narrow(1, inter, inter)?)?;
             x = x.f_add(&act.f_linear::<Tensor>(&layer.down, None)?)?;
         }
         let last = x.f_index_select(0, &layout.last)?;
         let hidden = rms_norm(&last, &self.norm, eps)?;
-        let logits = hidden.f_linear::<Tensor>(&self.lm_head, None)?.f_to_kind(Kind::Float)?;
+        let logits = hidden
+            .f_linear::<Tensor>(&self.lm_head, None)?
+            .f_to_kind(Kind::Float)?;
         Ok((logits, hidden))
     }
 

@@ -25,7 +25,10 @@ impl ModelDir {
             });
         }
         let config = ModelConfig::from_file(&path.join("config.json"))?;
-        Ok(Self { path: path.to_path_buf(), config })
+        Ok(Self {
+            path: path.to_path_buf(),
+            config,
+        })
     }
 
     /// The safetensors files: the shards named by `model.safetensors.index.json`,
@@ -39,9 +42,13 @@ impl ModelDir {
                     path: index.clone(),
                     reason: e.to_string(),
                 })?;
-            let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| {
-                EngineError::InvalidModel { path: index.clone(), reason: "no `weight_map`".into() }
-            })?;
+            let map = json
+                .get("weight_map")
+                .and_then(|m| m.as_object())
+                .ok_or_else(|| EngineError::InvalidModel {
+                    path: index.clone(),
+                    reason: "no `weight_map`".into(),
+                })?;
             let mut files: Vec<PathBuf> = Vec::new();
             for file in map.values().filter_map(|v| v.as_str()) {
                 let p = self.path.join(file);

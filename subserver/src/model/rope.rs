@@ -55,7 +55,9 @@ fn inv_freq(cfg: &ModelConfig, device: Device) -> Result<Tensor, EngineError> {
         }
         other => Err(EngineError::InvalidModel {
             path: Default::default(),
-            reason: format!("rope_scaling type `{other}` is not supported (default, linear, llama3)"),
+            reason: format!(
+                "rope_scaling type `{other}` is not supported (default, linear, llama3)"
+            ),
         }),
     }
 }

@@ -33,7 +33,11 @@ impl Weights {
         kind: Kind,
         device: Device,
     ) -> Result<Self, EngineError> {
-        let total: u64 = files.iter().filter_map(|f| std::fs::metadata(f).ok()).map(|m| m.len()).sum();
+        let total: u64 = files
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
         let bar = ProgressBar::new(total);
         bar.set_style(
             ProgressStyle::with_template("loading {msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
@@ -44,7 +48,8 @@ impl Weights {
         for file in files {
             let handle = std::fs::File::open(file).map_err(|e| EngineError::io(file, e))?;
             // SAFETY: the file is opened read-only and not modified while mapped.
-            let mmap = unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| EngineError::io(file, e))?;
+            let mmap =
+                unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| EngineError::io(file, e))?;
             let st = SafeTensors::deserialize(&mmap).map_err(|e| EngineError::InvalidModel {
                 path: file.clone(),
                 reason: format!("safetensors: {e}"),
@@ -63,20 +68,29 @@ impl Weights {
             }
         }
         bar.finish_and_clear();
-        Ok(Self { dir: dir.to_path_buf(), tensors })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            tensors,
+        })
     }
 
     /// Builds from tensors already in memory (random init, tests).
     pub fn from_map(dir: &Path, tensors: HashMap<String, Tensor>) -> Self {
-        Self { dir: dir.to_path_buf(), tensors }
+        Self {
+            dir: dir.to_path_buf(),
+            tensors,
+        }
     }
 
     /// Removes and returns `name`, checking its shape.
     pub fn take(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, EngineError> {
-        let t = self.tensors.remove(name).ok_or_else(|| EngineError::MissingTensor {
-            name: name.to_string(),
-            path: self.dir.clone(),
-        })?;
+        let t = self
+            .tensors
+            .remove(name)
+            .ok_or_else(|| EngineError::MissingTensor {
+                name: name.to_string(),
+                path: self.dir.clone(),
+            })?;
         if t.size() != shape {
             return Err(EngineError::ShapeMismatch {
                 name: name.to_string(),
@@ -88,7 +102,11 @@ impl Weights {
     }
 
     /// Like `take`, but `None` when absent.
-    pub fn take_optional(&mut self, name: &str, shape: &[i64]) -> Result<Option<Tensor>, EngineError> {
+    pub fn take_optional(
+        &mut self,
+        name: &str,
+        shape: &[i64],
+    ) -> Result<Option<Tensor>, EngineError> {
         if self.tensors.contains_key(name) {
             self.take(name, shape).map(Some)
         } else {

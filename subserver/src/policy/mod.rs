@@ -88,7 +88,9 @@ pub fn build(
     at: Placement,
 ) -> Result<Box<dyn RoutingPolicy>, PolicyError> {
     match name {
-        "Random" | "random" | "Bernoulli" | "bernoulli" => Ok(Box::new(random::RandomPolicy::from_kwargs(kwargs, at)?)),
+        "Random" | "random" | "Bernoulli" | "bernoulli" => {
+            Ok(Box::new(random::RandomPolicy::from_kwargs(kwargs, at)?))
+        }
         "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
         other => Err(PolicyError::Unknown(other.to_string())),
     }
@@ -100,12 +102,20 @@ mod tests {
 
     #[test]
     fn unknown_names_and_bad_kwargs_are_precise() {
-        let at = Placement { model: 0, num_models: 2, entry: 0 };
+        let at = Placement {
+            model: 0,
+            num_models: 2,
+            entry: 0,
+        };
         let e = build("Nope", &serde_json::json!({}), at).err().unwrap();
         assert!(e.to_string().contains("Nope") && e.to_string().contains("Random"));
-        let e = build("Random", &serde_json::json!({"probability": "high"}), at).err().unwrap();
+        let e = build("Random", &serde_json::json!({"probability": "high"}), at)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("scheduler_kwargs.probability"));
-        let e = build("Random", &serde_json::json!({"probability": 1.5}), at).err().unwrap();
+        let e = build("Random", &serde_json::json!({"probability": 1.5}), at)
+            .err()
+            .unwrap();
         assert!(e.to_string().contains("[0, 1]"));
     }
 }

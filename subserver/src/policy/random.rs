@@ -33,11 +33,18 @@ impl RandomPolicy {
         if target as usize >= at.num_models || target == at.entry as u64 {
             return Err(PolicyError::BadKwarg {
                 key: "target".into(),
-                reason: format!("must name a non-entry model below {}, got {target}", at.num_models),
+                reason: format!(
+                    "must name a non-entry model below {}, got {target}",
+                    at.num_models
+                ),
             });
         }
         if at.num_models < 2 {
-            return Err(PolicyError::ModelCount { policy: "Random", needed: "at least 2", got: at.num_models });
+            return Err(PolicyError::ModelCount {
+                policy: "Random",
+                needed: "at least 2",
+                got: at.num_models,
+            });
         }
         Ok(Self {
             probability,
@@ -59,13 +66,19 @@ impl RoutingPolicy for RandomPolicy {
             .map(|item| {
                 if view.model == self.at.entry {
                     if uniform(item.seed ^ self.seed, item.position, 0) < self.probability {
-                        Dest::Peer { to: self.target, keep_token: false }
+                        Dest::Peer {
+                            to: self.target,
+                            keep_token: false,
+                        }
                     } else {
                         Dest::Stay
                     }
                 } else {
                     // The target writes one token and returns it.
-                    Dest::Peer { to: item.home, keep_token: true }
+                    Dest::Peer {
+                        to: item.home,
+                        keep_token: true,
+                    }
                 }
             })
             .collect()

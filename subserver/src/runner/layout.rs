@@ -56,7 +56,11 @@ impl BatchLayout {
         }
         let b = items.len();
         let q_max = items.iter().map(|i| i.tokens.len()).max().unwrap_or(1);
-        let ctx_max = items.iter().map(|i| i.start + i.tokens.len()).max().unwrap_or(1);
+        let ctx_max = items
+            .iter()
+            .map(|i| i.start + i.tokens.len())
+            .max()
+            .unwrap_or(1);
         let t: usize = items.iter().map(|i| i.tokens.len()).sum();
         let is_dense = items.iter().all(|i| i.tokens.len() == q_max);
 
@@ -127,8 +131,16 @@ mod tests {
         let s0: Vec<i64> = (100..104).collect();
         let s1: Vec<i64> = (200..202).collect();
         let items = [
-            LayoutItem { tokens: &[7, 8], start: 2, slots: &s0 },
-            LayoutItem { tokens: &[9], start: 1, slots: &s1 },
+            LayoutItem {
+                tokens: &[7, 8],
+                start: 2,
+                slots: &s0,
+            },
+            LayoutItem {
+                tokens: &[9],
+                start: 1,
+                slots: &s1,
+            },
         ];
         let l = BatchLayout::build(&items, Device::Cpu).unwrap();
         assert!(!l.is_dense);
@@ -140,14 +152,24 @@ mod tests {
         assert_eq!(Vec::<i64>::try_from(&l.last).unwrap(), vec![1, 2]);
         let mask: Vec<bool> = Vec::<bool>::try_from(&l.mask.flatten(0, -1)).unwrap();
         // item 0, query at pos 2 sees 0..=2; at pos 3 sees 0..=3
-        assert_eq!(&mask[0..8], &[true, true, true, false, true, true, true, true]);
+        assert_eq!(
+            &mask[0..8],
+            &[true, true, true, false, true, true, true, true]
+        );
         // item 1, query at pos 1 sees 0..=1; padding query sees only 0
-        assert_eq!(&mask[8..16], &[true, true, false, false, true, false, false, false]);
+        assert_eq!(
+            &mask[8..16],
+            &[true, true, false, false, true, false, false, false]
+        );
     }
 
     #[test]
     fn rejects_empty_items() {
-        let items = [LayoutItem { tokens: &[], start: 0, slots: &[] }];
+        let items = [LayoutItem {
+            tokens: &[],
+            start: 0,
+            slots: &[],
+        }];
         assert!(BatchLayout::build(&items, Device::Cpu).is_err());
     }
 }

@@ -20,9 +20,17 @@ fn host_available_bytes() -> Result<u64, EngineError> {
     let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
     text.lines()
         .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
         .map(|kb| kb * 1024)
-        .ok_or_else(|| EngineError::InvalidDevice("cannot read MemAvailable from /proc/meminfo".into()))
+        .ok_or_else(|| {
+            EngineError::InvalidDevice("cannot read MemAvailable from /proc/meminfo".into())
+        })
 }
 
 /// Blocks the pool gets under `budget`.
@@ -61,7 +69,10 @@ mod tests {
 
     #[test]
     fn token_budget_rounds_up_to_blocks() {
-        assert_eq!(num_blocks(KvBudget::Tokens(33), Device::Cpu, 100, 16).unwrap(), 3);
+        assert_eq!(
+            num_blocks(KvBudget::Tokens(33), Device::Cpu, 100, 16).unwrap(),
+            3
+        );
     }
 
     #[test]

@@ -52,9 +52,10 @@ pub struct StepOutput {
 impl StepOutput {
     /// Copies the logits to host memory as one row per item.
     pub fn logits_rows(&self) -> Result<Vec<Vec<f32>>, EngineError> {
-        let logits = self.logits.as_ref().ok_or_else(|| {
-            EngineError::InvalidRequest("this backend returns no logits".into())
-        })?;
+        let logits = self
+            .logits
+            .as_ref()
+            .ok_or_else(|| EngineError::InvalidRequest("this backend returns no logits".into()))?;
         let cpu = logits.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?;
         let size = cpu.size();
         let (b, v) = (size[0] as usize, size[1] as usize);

@@ -114,7 +114,11 @@ impl ModelRunner for SimRunner {
         let ms = self.latency.step_ms(batch.items.len(), batch.num_tokens());
         let tokens = (0..batch.items.len()).map(|_| self.draw()).collect();
         sleep_until(start + Duration::from_secs_f64(ms.max(0.0) / 1e3));
-        Ok(StepOutput { logits: None, hidden: None, tokens: Some(tokens) })
+        Ok(StepOutput {
+            logits: None,
+            hidden: None,
+            tokens: Some(tokens),
+        })
     }
 
     fn kv(&mut self) -> &mut KvManager {
@@ -133,14 +137,26 @@ mod tests {
 
     #[test]
     fn steps_take_the_configured_time_and_reserve_kv() {
-        let lat = LinearLatency { base: 5.0, per_seq: 1.0, per_token: 0.0 };
+        let lat = LinearLatency {
+            base: 5.0,
+            per_seq: 1.0,
+            per_token: 0.0,
+        };
         let mut r = SimRunner::new("sim", 100, vec![0], Box::new(lat), 1024, 16, 1).unwrap();
         r.kv().admit(1, &[1, 2, 3]).unwrap();
         r.kv().admit(2, &[4]).unwrap();
         let batch = StepBatch {
             items: vec![
-                StepItem { rid: 1, start: 0, tokens: vec![1, 2, 3] },
-                StepItem { rid: 2, start: 0, tokens: vec![4] },
+                StepItem {
+                    rid: 1,
+                    start: 0,
+                    tokens: vec![1, 2, 3],
+                },
+                StepItem {
+                    rid: 2,
+                    start: 0,
+                    tokens: vec![4],
+                },
             ],
         };
         let t0 = Instant::now();
@@ -155,7 +171,22 @@ mod tests {
 
     #[test]
     fn same_seed_same_tokens() {
-        let mk = || SimRunner::new("s", 50, vec![], Box::new(LinearLatency { base: 0.0, per_seq: 0.0, per_token: 0.0 }), 64, 16, 9).unwrap();
+        let mk = || {
+            SimRunner::new(
+                "s",
+                50,
+                vec![],
+                Box::new(LinearLatency {
+                    base: 0.0,
+                    per_seq: 0.0,
+                    per_token: 0.0,
+                }),
+                64,
+                16,
+                9,
+            )
+            .unwrap()
+        };
         let (mut a, mut b) = (mk(), mk());
         let draws_a: Vec<u32> = (0..20).map(|_| a.draw()).collect();
         let draws_b: Vec<u32> = (0..20).map(|_| b.draw()).collect();

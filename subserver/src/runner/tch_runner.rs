@@ -59,7 +59,9 @@ impl TchRunner {
     /// Loads weights, checks them against the config, and sizes the KV pool.
     pub fn load(opts: &TchRunnerOptions) -> Result<Self, EngineError> {
         if opts.block_size == 0 {
-            return Err(EngineError::InvalidRequest("block_size must be positive".into()));
+            return Err(EngineError::InvalidRequest(
+                "block_size must be positive".into(),
+            ));
         }
         ensure_device(opts.device)?;
         let dir = ModelDir::open(&opts.model_dir)?;
@@ -151,11 +153,19 @@ impl ModelRunner for TchRunner {
             .items
             .iter()
             .zip(&slots)
-            .map(|(item, s)| LayoutItem { tokens: &item.tokens, start: item.start, slots: s })
+            .map(|(item, s)| LayoutItem {
+                tokens: &item.tokens,
+                start: item.start,
+                slots: s,
+            })
             .collect();
         let layout = BatchLayout::build(&items, self.decoder.device())?;
         let (logits, hidden) = self.decoder.forward(&layout, &mut self.storage)?;
-        Ok(StepOutput { logits: Some(logits), hidden: Some(hidden), tokens: None })
+        Ok(StepOutput {
+            logits: Some(logits),
+            hidden: Some(hidden),
+            tokens: None,
+        })
     }
 
     fn kv(&mut self) -> &mut KvManager {
@@ -176,14 +186,28 @@ mod tests {
         (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
     }
 
+    /// A request being decoded by the test: its next item, tokens and logits so far.
+    type Decoding = (StepItem, Vec<u32>, Vec<Vec<f32>>);
+
     /// Greedy decode of one prompt alone: (tokens, logits of each step).
     fn alone(prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
         let mut r = tiny_runner(512, 4).unwrap();
         r.kv().admit(1, prompt).unwrap();
-        let mut item = StepItem { rid: 1, start: 0, tokens: prompt.to_vec() };
+        let mut item = StepItem {
+            rid: 1,
+            start: 0,
+            tokens: prompt.to_vec(),
+        };
         let (mut toks, mut rows) = (vec![], vec![]);
         for _ in 0..steps {
-            let row = r.forward(&StepBatch { items: vec![item.clone()] }).unwrap().logits_rows().unwrap().remove(0);
+            let row = r
+                .forward(&StepBatch {
+                    items: vec![item.clone()],
+                })
+                .unwrap()
+                .logits_rows()
+                .unwrap()
+                .remove(0);
             let t = argmax(&row);
             item.start += item.tokens.len();
             item.tokens = vec![t];
@@ -206,14 +230,26 @@ mod tests {
         // Together: request 0 starts first; 1 arrives at step 2 and prefills in
         // two chunks (a multi-token extend mid-sequence); 2 arrives at step 3.
         let mut r = tiny_runner(512, 4).unwrap();
-        let mut state: Vec<Option<(StepItem, Vec<u32>, Vec<Vec<f32>>)>> = vec![None, None, None];
+        let mut state: Vec<Option<Decoding>> = vec![None, None, None];
         let mut pending_chunks: Vec<Vec<u32>> = vec![vec![], prompts[1][5..].to_vec(), vec![]];
         for tick in 0..20 {
             for (i, arrive) in [(0usize, 0usize), (1, 2), (2, 3)] {
                 if tick == arrive {
                     r.kv().admit(i as u64, &prompts[i]).unwrap();
-                    let first = if i == 1 { prompts[1][..5].to_vec() } else { prompts[i].clone() };
-                    state[i] = Some((StepItem { rid: i as u64, start: 0, tokens: first }, vec![], vec![]));
+                    let first = if i == 1 {
+                        prompts[1][..5].to_vec()
+                    } else {
+                        prompts[i].clone()
+                    };
+                    state[i] = Some((
+                        StepItem {
+                            rid: i as u64,
+                            start: 0,
+                            tokens: first,
+                        },
+                        vec![],
+                        vec![],
+                    ));
                 }
             }
             let active: Vec<usize> = (0..3)
@@ -222,7 +258,12 @@ mod tests {
             if active.is_empty() {
                 break;
             }
-            let batch = StepBatch { items: active.iter().map(|&i| state[i].as_ref().unwrap().0.clone()).collect() };
+            let batch = StepBatch {
+                items: active
+                    .iter()
+                    .map(|&i| state[i].as_ref().unwrap().0.clone())
+                    .collect(),
+            };
             let rows = r.forward(&batch).unwrap().logits_rows().unwrap();
             for (&i, row) in active.iter().zip(rows) {
                 let (item, toks, logits) = state[i].as_mut().unwrap();
@@ -241,7 +282,11 @@ mod tests {
             let (_, got_toks, got_rows) = state[i].as_ref().unwrap();
             assert_eq!(got_toks, toks, "request {i} tokens differ when batched");
             for (a, b) in got_rows.iter().zip(rows) {
-                let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                let diff = a
+                    .iter()
+                    .zip(b)
+                    .map(|(x, y)| (x - y).abs())
+                    .fold(0f32, f32::max);
                 assert!(diff < 1e-4, "request {i}: batched logits differ by {diff}");
             }
         }
@@ -252,7 +297,13 @@ mod tests {
         let mut r = tiny_runner(4096, 16).unwrap();
         let long: Vec<u32> = vec![1; 300];
         r.kv().admit(9, &long).unwrap();
-        let err = r.forward(&StepBatch { items: vec![StepItem { rid: 9, start: 0, tokens: long }] });
+        let err = r.forward(&StepBatch {
+            items: vec![StepItem {
+                rid: 9,
+                start: 0,
+                tokens: long,
+            }],
+        });
         assert!(err.err().unwrap().to_string().contains("exceeds"));
     }
 }

@@ -41,7 +41,10 @@ pub fn random_weights(cfg: &ModelConfig, seed: i64) -> HashMap<String, Tensor> {
     let lin = |o: i64, n: i64| Tensor::randn([o, n], opts) / (n as f64).sqrt();
     let norm = |n: i64| Tensor::randn([n], opts) * 0.1 + 1.0;
     let mut w = HashMap::new();
-    w.insert("model.embed_tokens.weight".into(), Tensor::randn([v, h], opts));
+    w.insert(
+        "model.embed_tokens.weight".into(),
+        Tensor::randn([v, h], opts),
+    );
     w.insert("lm_head.weight".into(), Tensor::randn([v, h], opts));
     w.insert("model.norm.weight".into(), norm(h));
     for l in 0..cfg.num_hidden_layers {
@@ -65,8 +68,16 @@ pub fn random_weights(cfg: &ModelConfig, seed: i64) -> HashMap<String, Tensor> {
 pub fn tiny_runner(kv_tokens: usize, block_size: usize) -> Result<TchRunner, EngineError> {
     let cfg = tiny_config();
     let path = Path::new("tiny-random");
-    let decoder = Decoder::new(&cfg, Weights::from_map(path, random_weights(&cfg, 7)), Kind::Float, Device::Cpu)?;
-    let dir = ModelDir { path: path.to_path_buf(), config: cfg };
+    let decoder = Decoder::new(
+        &cfg,
+        Weights::from_map(path, random_weights(&cfg, 7)),
+        Kind::Float,
+        Device::Cpu,
+    )?;
+    let dir = ModelDir {
+        path: path.to_path_buf(),
+        config: cfg,
+    };
     let mut opts = TchRunnerOptions::new(path);
     opts.kv_budget = KvBudget::Tokens(kv_tokens);
     opts.block_size = block_size;

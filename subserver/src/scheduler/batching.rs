@@ -34,7 +34,9 @@ impl std::str::FromStr for ExecutionMode {
             "async" => Ok(Self::Async),
             "lockstep" => Ok(Self::Lockstep),
             "serial" => Ok(Self::Serial),
-            _ => Err(format!("unknown execution mode `{s}` (async_delayed, async, lockstep, serial)")),
+            _ => Err(format!(
+                "unknown execution mode `{s}` (async_delayed, async, lockstep, serial)"
+            )),
         }
     }
 }
@@ -103,7 +105,13 @@ mod tests {
                     for waited_out in [false, true] {
                         for group_quiet in [false, true] {
                             let th = threshold(&[b], n);
-                            let i = StepInputs { runnable: r, n_active: n, threshold: th, waited_out, group_quiet };
+                            let i = StepInputs {
+                                runnable: r,
+                                n_active: n,
+                                threshold: th,
+                                waited_out,
+                                group_quiet,
+                            };
                             let go = should_step(i);
                             if r == 0 {
                                 assert!(!go);

@@ -121,7 +121,11 @@ impl<R: ModelRunner> Scheduler<R> {
     }
 
     fn oldest_runnable(&self) -> Option<Instant> {
-        self.seqs.values().filter(|s| s.runnable()).map(|s| s.runnable_since).min()
+        self.seqs
+            .values()
+            .filter(|s| s.runnable())
+            .map(|s| s.runnable_since)
+            .min()
     }
 
     /// The thread body: wait on the inbox, step when the rules say so.
@@ -177,7 +181,11 @@ impl<R: ModelRunner> Scheduler<R> {
     fn wait_timeout(&self, lockstep: bool) -> Duration {
         let runnable = self.runnable();
         if lockstep {
-            return if runnable > 0 { Duration::ZERO } else { Duration::from_micros(200) };
+            return if runnable > 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_micros(200)
+            };
         }
         if runnable == 0 {
             return Duration::from_millis(50);
@@ -185,8 +193,14 @@ impl<R: ModelRunner> Scheduler<R> {
         if self.decide() {
             return Duration::ZERO;
         }
-        let waited = self.oldest_runnable().map(|t| t.elapsed()).unwrap_or_default();
-        self.cfg.max_batch_wait.saturating_sub(waited).max(Duration::from_micros(50))
+        let waited = self
+            .oldest_runnable()
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
+        self.cfg
+            .max_batch_wait
+            .saturating_sub(waited)
+            .max(Duration::from_micros(50))
     }
 
     /// The delayed-batching decision (see [`should_step`]).
@@ -196,7 +210,10 @@ impl<R: ModelRunner> Scheduler<R> {
             ExecutionMode::Async | ExecutionMode::Serial | ExecutionMode::Lockstep => runnable > 0,
             ExecutionMode::AsyncDelayed => {
                 let n = self.n_active().max(runnable);
-                let waited = self.oldest_runnable().map(|t| t.elapsed()).unwrap_or_default();
+                let waited = self
+                    .oldest_runnable()
+                    .map(|t| t.elapsed())
+                    .unwrap_or_default();
                 should_step(StepInputs {
                     runnable,
                     n_active: n,
@@ -243,7 +260,10 @@ impl<R: ModelRunner> Scheduler<R> {
             return Err("the prompt is empty".into());
         }
         if let Some(&bad) = req.prompt.iter().find(|&&t| t as usize >= info.vocab_size) {
-            return Err(format!("token id {bad} is outside the vocabulary ({})", info.vocab_size));
+            return Err(format!(
+                "token id {bad} is outside the vocabulary ({})",
+                info.vocab_size
+            ));
         }
         let total = req.prompt.len() + req.params.max_tokens;
         if total > info.max_context {
@@ -256,7 +276,9 @@ impl<R: ModelRunner> Scheduler<R> {
         }
         let pool = info.num_blocks * info.block_size;
         if total > pool {
-            return Err(format!("prompt + max_tokens = {total} tokens can never fit the KV pool of {pool} tokens"));
+            return Err(format!(
+                "prompt + max_tokens = {total} tokens can never fit the KV pool of {pool} tokens"
+            ));
         }
         if !req.params.stop.is_empty() && self.tokenizer.is_none() {
             return Err("stop strings need a tokenizer, and this backend has none".into());
@@ -273,7 +295,10 @@ impl<R: ModelRunner> Scheduler<R> {
             self.stats.count_failure("invalid_request");
             return;
         }
-        let seed = req.params.seed.unwrap_or_else(|| derive_seed(req.rid, u16::MAX));
+        let seed = req
+            .params
+            .seed
+            .unwrap_or_else(|| derive_seed(req.rid, u16::MAX));
         let home_state = HomeState {
             stop: StopChecker::new(&req.params, &self.runner.info().eos_ids),
             detok: self.tokenizer.as_ref().map(|t| t.incremental_decoder(true)),
@@ -319,10 +344,13 @@ impl<R: ModelRunner> Scheduler<R> {
         match self.seqs.get(&req.rid).map(|s| s.is_home()) {
             Some(true) => self.on_pen_returned(req),
             Some(false) => {
-                let Some(seq) = self.seqs.get_mut(&req.rid) else { return };
+                let Some(seq) = self.seqs.get_mut(&req.rid) else {
+                    return;
+                };
                 let loc = req.loc as usize;
                 if loc > seq.tokens.len() {
-                    let reason = format!("anchor {loc} is past the {} tokens held", seq.tokens.len());
+                    let reason =
+                        format!("anchor {loc} is past the {} tokens held", seq.tokens.len());
                     self.reply_failed(req.rid, req.from, reason);
                     return;
                 }
@@ -334,15 +362,31 @@ impl<R: ModelRunner> Scheduler<R> {
             }
             None => {
                 let Some(meta) = req.meta else {
-                    self.reply_failed(req.rid, req.from, "first hand-over without request metadata".into());
+                    self.reply_failed(
+                        req.rid,
+                        req.from,
+                        "first hand-over without request metadata".into(),
+                    );
                     return;
                 };
                 if req.loc != 0 {
-                    self.reply_failed(req.rid, req.from, format!("first hand-over anchored at {}", req.loc));
+                    self.reply_failed(
+                        req.rid,
+                        req.from,
+                        format!("first hand-over anchored at {}", req.loc),
+                    );
                     return;
                 }
-                if let Some(&bad) = req.tokens.iter().find(|&&t| t as usize >= self.runner.info().vocab_size) {
-                    self.reply_failed(req.rid, req.from, format!("token {bad} outside this model's vocabulary"));
+                if let Some(&bad) = req
+                    .tokens
+                    .iter()
+                    .find(|&&t| t as usize >= self.runner.info().vocab_size)
+                {
+                    self.reply_failed(
+                        req.rid,
+                        req.from,
+                        format!("token {bad} outside this model's vocabulary"),
+                    );
                     return;
                 }
                 let seq = Seq {
@@ -384,14 +428,26 @@ impl<R: ModelRunner> Scheduler<R> {
     /// A peer hands the pen back to this home with the tokens it wrote.
     fn on_pen_returned(&mut self, req: PeerReq) {
         let rid = req.rid;
-        let Some(seq) = self.seqs.get(&rid) else { return };
+        let Some(seq) = self.seqs.get(&rid) else {
+            return;
+        };
         if !matches!(seq.state, SeqState::Pending { at, .. } if at == req.from) {
             debug!(rid, from = req.from, "stale hand-over ignored");
             return;
         }
         if req.loc as usize != seq.tokens.len() {
-            let reason = format!("returned tokens anchored at {}, home holds {}", req.loc, seq.tokens.len());
-            self.end_failed(rid, RequestError::PeerFailed { model: req.from, reason });
+            let reason = format!(
+                "returned tokens anchored at {}, home holds {}",
+                req.loc,
+                seq.tokens.len()
+            );
+            self.end_failed(
+                rid,
+                RequestError::PeerFailed {
+                    model: req.from,
+                    reason,
+                },
+            );
             return;
         }
         let accepted = self.policy.receive(rid, &req.tokens).min(req.tokens.len());
@@ -424,7 +480,9 @@ impl<R: ModelRunner> Scheduler<R> {
     }
 
     fn on_peer_failed(&mut self, rid: Rid, from: ModelIdx, reason: String) {
-        let Some(seq) = self.seqs.get(&rid) else { return };
+        let Some(seq) = self.seqs.get(&rid) else {
+            return;
+        };
         if !seq.is_home() {
             return;
         }
@@ -436,13 +494,26 @@ impl<R: ModelRunner> Scheduler<R> {
             let budget = self.seqs.get(&rid).map(|s| s.budget).unwrap_or(0);
             self.give_pen(rid, budget);
         } else {
-            self.end_failed(rid, RequestError::PeerFailed { model: from, reason });
+            self.end_failed(
+                rid,
+                RequestError::PeerFailed {
+                    model: from,
+                    reason,
+                },
+            );
         }
     }
 
     fn reply_failed(&mut self, rid: Rid, to: ModelIdx, reason: String) {
         warn!(rid, to, %reason, "refusing a hand-over");
-        self.send(to, PeerMsg::Failed { rid, from: self.me(), reason });
+        self.send(
+            to,
+            PeerMsg::Failed {
+                rid,
+                from: self.me(),
+                reason,
+            },
+        );
     }
 
     fn check_peer_timeouts(&mut self) {
@@ -452,9 +523,11 @@ impl<R: ModelRunner> Scheduler<R> {
             .values()
             .filter(|s| s.is_home())
             .filter_map(|s| match s.state {
-                SeqState::Pending { at, since } if !self.peers.is_up(at) => {
-                    Some((s.rid, at, format!("model {at} is unreachable (pending {:?})", since.elapsed())))
-                }
+                SeqState::Pending { at, since } if !self.peers.is_up(at) => Some((
+                    s.rid,
+                    at,
+                    format!("model {at} is unreachable (pending {:?})", since.elapsed()),
+                )),
                 SeqState::Pending { at, since } if since.elapsed() > timeout => {
                     Some((s.rid, at, format!("no answer within {timeout:?}")))
                 }
@@ -488,7 +561,9 @@ impl<R: ModelRunner> Scheduler<R> {
             if !self.admit(rid) {
                 break;
             }
-            let Some(seq) = self.seqs.get(&rid) else { continue };
+            let Some(seq) = self.seqs.get(&rid) else {
+                continue;
+            };
             let n = seq.pending_tokens().min(budget);
             let end = seq.computed + n;
             while !self.runner.kv_ref().can_reserve(rid, end) {
@@ -511,7 +586,9 @@ impl<R: ModelRunner> Scheduler<R> {
     /// Admits a runnable request to the KV cache (prefix reuse). False when the
     /// pool cannot take it now.
     fn admit(&mut self, rid: Rid) -> bool {
-        let Some(seq) = self.seqs.get(&rid) else { return false };
+        let Some(seq) = self.seqs.get(&rid) else {
+            return false;
+        };
         if seq.admitted {
             return true;
         }
@@ -575,7 +652,11 @@ impl<R: ModelRunner> Scheduler<R> {
             .iter()
             .filter_map(|&(rid, n)| {
                 let s = self.seqs.get(&rid)?;
-                Some(StepItem { rid, start: s.computed, tokens: s.tokens[s.computed..s.computed + n].to_vec() })
+                Some(StepItem {
+                    rid,
+                    start: s.computed,
+                    tokens: s.tokens[s.computed..s.computed + n].to_vec(),
+                })
             })
             .collect();
         let batch = StepBatch { items };
@@ -626,11 +707,17 @@ impl<R: ModelRunner> Scheduler<R> {
         plan: &[(Rid, usize)],
         out: crate::runner::StepOutput,
     ) -> Result<(), crate::error::EngineError> {
-        let rows = if out.tokens.is_none() { Some(out.logits_rows()?) } else { None };
+        let rows = if out.tokens.is_none() {
+            Some(out.logits_rows()?)
+        } else {
+            None
+        };
         let mut route_items: Vec<RouteItem> = Vec::new();
         let mut route_rows: Vec<i64> = Vec::new();
         for (row, &(rid, n)) in plan.iter().enumerate() {
-            let Some(seq) = self.seqs.get_mut(&rid) else { continue };
+            let Some(seq) = self.seqs.get_mut(&rid) else {
+                continue;
+            };
             seq.computed += n;
             if seq.pending_tokens() > 0 {
                 continue; // a prefill chunk: not a next-token distribution yet
@@ -686,7 +773,9 @@ impl<R: ModelRunner> Scheduler<R> {
     fn apply(&mut self, item: &RouteItem, dest: Dest) {
         let me = self.me();
         let rid = item.rid;
-        let Some(seq) = self.seqs.get(&rid) else { return };
+        let Some(seq) = self.seqs.get(&rid) else {
+            return;
+        };
         let home = seq.home;
         let is_home = seq.is_home();
         let eos = self.runner.info().eos_ids.contains(&item.token);
@@ -700,8 +789,14 @@ impl<R: ModelRunner> Scheduler<R> {
             let written = seq.written_this_turn;
             let out_of_budget = written + 1 >= seq.budget;
             dest = match dest {
-                Dest::Peer { keep_token, .. } => Dest::Peer { to: home, keep_token: keep_token || written == 0 },
-                Dest::Stay if eos || out_of_budget => Dest::Peer { to: home, keep_token: true },
+                Dest::Peer { keep_token, .. } => Dest::Peer {
+                    to: home,
+                    keep_token: keep_token || written == 0,
+                },
+                Dest::Stay if eos || out_of_budget => Dest::Peer {
+                    to: home,
+                    keep_token: true,
+                },
                 Dest::Stay => Dest::Stay,
             };
         }
@@ -737,9 +832,13 @@ impl<R: ModelRunner> Scheduler<R> {
     /// Commits one output token at the home: accounting, streaming, stop
     /// conditions. True when the request finished (and was removed).
     fn commit(&mut self, rid: Rid, token: u32, writer: ModelIdx) -> bool {
-        let Some(seq) = self.seqs.get_mut(&rid) else { return true };
+        let Some(seq) = self.seqs.get_mut(&rid) else {
+            return true;
+        };
         seq.budget = seq.budget.saturating_sub(1);
-        let Some(hs) = seq.home_state.as_mut() else { return false };
+        let Some(hs) = seq.home_state.as_mut() else {
+            return false;
+        };
         hs.tokens_by_model[writer as usize] += 1;
         if let Some(prev) = hs.last_writer {
             if prev != writer {
@@ -754,7 +853,11 @@ impl<R: ModelRunner> Scheduler<R> {
         };
         let finish = hs.stop.push(token, &delta);
         let text = hs.stop.take_safe();
-        let _ = hs.sink.send(StreamEvent::Token { token, writer, text });
+        let _ = hs.sink.send(StreamEvent::Token {
+            token,
+            writer,
+            text,
+        });
         self.stats.record_commit(from, writer);
         match finish {
             Some(f) => {
@@ -782,14 +885,24 @@ impl<R: ModelRunner> Scheduler<R> {
     fn send_to_peer(&mut self, rid: Rid, to: ModelIdx) {
         let n_active = self.n_active() as u32;
         let me = self.me();
-        let Some(seq) = self.seqs.get_mut(&rid) else { return };
-        let Some(hs) = seq.home_state.as_mut() else { return };
+        let Some(seq) = self.seqs.get_mut(&rid) else {
+            return;
+        };
+        let Some(hs) = seq.home_state.as_mut() else {
+            return;
+        };
         let holds = hs.peer_holds[to as usize];
         let first = holds == 0;
         let (loc, tokens) = self.policy.send(rid, &seq.tokens, holds);
         hs.peer_holds[to as usize] = seq.tokens.len();
-        let meta = first.then(|| RequestMeta { sampling: hs.params.clone(), seed: derive_seed(seq.seed, to) });
-        seq.state = SeqState::Pending { at: to, since: Instant::now() };
+        let meta = first.then(|| RequestMeta {
+            sampling: hs.params.clone(),
+            seed: derive_seed(seq.seed, to),
+        });
+        seq.state = SeqState::Pending {
+            at: to,
+            since: Instant::now(),
+        };
         let msg = PeerMsg::Req(PeerReq {
             rid,
             from: me,
@@ -812,11 +925,16 @@ impl<R: ModelRunner> Scheduler<R> {
     fn return_to_home(&mut self, rid: Rid) {
         let n_active = self.n_active() as u32;
         let me = self.me();
-        let Some(seq) = self.seqs.get_mut(&rid) else { return };
+        let Some(seq) = self.seqs.get_mut(&rid) else {
+            return;
+        };
         let home = seq.home;
         let loc = seq.turn_start;
         let tokens = seq.tokens[loc..].to_vec();
-        seq.state = SeqState::Pending { at: home, since: Instant::now() };
+        seq.state = SeqState::Pending {
+            at: home,
+            since: Instant::now(),
+        };
         let budget = seq.budget.saturating_sub(tokens.len()) as u32;
         self.stats.record_guest_tokens(tokens.len());
         let msg = PeerMsg::Req(PeerReq {
@@ -856,12 +974,20 @@ impl<R: ModelRunner> Scheduler<R> {
             .map(|(m, _)| m as ModelIdx)
             .collect();
         for m in holders {
-            self.send(m, PeerMsg::Release { rid: seq.rid, from: self.me() });
+            self.send(
+                m,
+                PeerMsg::Release {
+                    rid: seq.rid,
+                    from: self.me(),
+                },
+            );
         }
     }
 
     fn end_finished(&mut self, rid: Rid, reason: FinishReason) {
-        let Some(mut seq) = self.seqs.remove(&rid) else { return };
+        let Some(mut seq) = self.seqs.remove(&rid) else {
+            return;
+        };
         self.release_peers(&seq);
         self.free_kv(&seq, true);
         self.policy.release(rid);
@@ -877,14 +1003,20 @@ impl<R: ModelRunner> Scheduler<R> {
                 switches: hs.switches,
                 cached_prompt_tokens: hs.cached_prompt,
             };
-            let _ = hs.sink.send(StreamEvent::Finished { reason, text, usage });
+            let _ = hs.sink.send(StreamEvent::Finished {
+                reason,
+                text,
+                usage,
+            });
             self.stats.count_success(reason.as_str());
         }
         self.request_ended();
     }
 
     fn end_failed(&mut self, rid: Rid, err: RequestError) {
-        let Some(seq) = self.seqs.remove(&rid) else { return };
+        let Some(seq) = self.seqs.remove(&rid) else {
+            return;
+        };
         self.release_peers(&seq);
         self.free_kv(&seq, false);
         self.policy.release(rid);
@@ -903,7 +1035,12 @@ impl<R: ModelRunner> Scheduler<R> {
     }
 
     fn fail_all(&mut self, err: RequestError) {
-        let homes: Vec<Rid> = self.seqs.values().filter(|s| s.is_home()).map(|s| s.rid).collect();
+        let homes: Vec<Rid> = self
+            .seqs
+            .values()
+            .filter(|s| s.is_home())
+            .map(|s| s.rid)
+            .collect();
         for rid in homes {
             self.end_failed(rid, err.clone());
         }
@@ -925,8 +1062,18 @@ impl<R: ModelRunner> Scheduler<R> {
             }
         }
         let kv = self.runner.kv_ref();
-        self.stats.set_queue(running, waiting, pending, kv.usage(), kv.num_requests(), kv.num_available_blocks(), kv.num_blocks());
-        self.stats.set_concurrency(self.n_active(), threshold(&self.cfg.thresholds, self.n_active()));
+        self.stats.set_queue(
+            running,
+            waiting,
+            pending,
+            kv.usage(),
+            kv.num_requests(),
+            kv.num_available_blocks(),
+            kv.num_blocks(),
+        );
+        self.stats.set_concurrency(
+            self.n_active(),
+            threshold(&self.cfg.thresholds, self.n_active()),
+        );
     }
 }
-

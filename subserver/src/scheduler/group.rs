@@ -121,7 +121,15 @@ impl Group {
                 Err(e) => tracing::error!(error = %e, "cannot spawn a scheduler thread"),
             }
         }
-        Self { inboxes: senders, threads, stats, names, entry: settings.entry, next_rid: AtomicU64::new(1), shared }
+        Self {
+            inboxes: senders,
+            threads,
+            stats,
+            names,
+            entry: settings.entry,
+            next_rid: AtomicU64::new(1),
+            shared,
+        }
     }
 
     /// Model names by index.
@@ -130,14 +138,25 @@ impl Group {
     }
 
     /// Submits a request to the entry model; events arrive on the receiver.
-    pub fn submit(&self, prompt: Vec<u32>, params: SamplingParams) -> (Rid, UnboundedReceiver<StreamEvent>) {
+    pub fn submit(
+        &self,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+    ) -> (Rid, UnboundedReceiver<StreamEvent>) {
         let rid = self.next_rid.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = unbounded_channel();
-        let req = GenerateReq { rid, prompt, params, sink: tx };
+        let req = GenerateReq {
+            rid,
+            prompt,
+            params,
+            sink: tx,
+        };
         if let Err(std::sync::mpsc::SendError(Inbound::Generate(req))) =
             self.inboxes[self.entry as usize].send(Inbound::Generate(req))
         {
-            let _ = req.sink.send(StreamEvent::Failed(crate::scheduler::client::RequestError::Shutdown));
+            let _ = req.sink.send(StreamEvent::Failed(
+                crate::scheduler::client::RequestError::Shutdown,
+            ));
         }
         (rid, rx)
     }
@@ -156,7 +175,10 @@ impl Group {
 
     /// Counters of model `m`.
     pub fn stats(&self, m: ModelIdx) -> StatsSnapshot {
-        self.stats.get(m as usize).map(|s| s.snapshot()).unwrap_or_default()
+        self.stats
+            .get(m as usize)
+            .map(|s| s.snapshot())
+            .unwrap_or_default()
     }
 
     /// Zeroes the rate counters of every model (after a warm-up).

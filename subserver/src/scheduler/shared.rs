@@ -53,7 +53,9 @@ impl GroupShared {
 
     /// A request ended at its home.
     pub fn request_ended(&self) {
-        let _ = self.active.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
+        let _ = self
+            .active
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
         self.nudge_all();
     }
 
@@ -76,7 +78,9 @@ impl GroupShared {
 
     /// A peer message was taken out of an inbox.
     pub fn message_received(&self) {
-        let _ = self.in_flight.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
+        let _ = self
+            .in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
     }
 
     /// No model in a step and nothing in flight: waiting cannot bring requests.
@@ -104,12 +108,18 @@ pub struct StepBarrier {
 impl StepBarrier {
     /// A barrier for `parties` threads.
     pub fn new(parties: usize) -> Self {
-        Self { parties: parties.max(1), state: Mutex::new((0, 0, false)), cv: Condvar::new() }
+        Self {
+            parties: parties.max(1),
+            state: Mutex::new((0, 0, false)),
+            cv: Condvar::new(),
+        }
     }
 
     /// Waits for every party; `false` once aborted.
     pub fn wait(&self) -> bool {
-        let Ok(mut s) = self.state.lock() else { return false };
+        let Ok(mut s) = self.state.lock() else {
+            return false;
+        };
         if s.2 {
             return false;
         }

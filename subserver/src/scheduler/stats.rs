@@ -69,7 +69,9 @@ impl SchedulerStats {
             transitions: vec![vec![0; num_models]; num_models],
             ..StatsSnapshot::default()
         };
-        Self { inner: Mutex::new(snap) }
+        Self {
+            inner: Mutex::new(snap),
+        }
     }
 
     fn with(&self, f: impl FnOnce(&mut StatsSnapshot)) {
@@ -108,7 +110,11 @@ impl SchedulerStats {
             if let Some(c) = s.committed_by_writer.get_mut(writer as usize) {
                 *c += 1;
             }
-            if let Some(c) = s.transitions.get_mut(from as usize).and_then(|r| r.get_mut(writer as usize)) {
+            if let Some(c) = s
+                .transitions
+                .get_mut(from as usize)
+                .and_then(|r| r.get_mut(writer as usize))
+            {
                 *c += 1;
             }
         });
