@@ -99,6 +99,9 @@ pub struct SimBenchReport {
     pub wall_s: f64,
 }
 
+/// Tokens each request may write: long enough that few requests end while measuring.
+const LONG_ANSWER: usize = 8000;
+
 fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::InvalidRequest(m));
     if o.latencies_ms.len() != 2 {
@@ -134,7 +137,7 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
         per_seq: o.per_seq_ms.get(m).copied().unwrap_or(0.0),
         per_token: 0.0,
     };
-    let kv_tokens = o.concurrency * (o.prompt_tokens + 8192) + 4096;
+    let kv_tokens = o.concurrency * (o.prompt_tokens + LONG_ANSWER + 64) + 4096;
     SimRunner::new(
         &format!("sim{m}"),
         32_000,
@@ -203,7 +206,7 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     let clients: Vec<_> = (0..o.concurrency)
         .map(|c| {
             let (group, stop, p) = (group.clone(), stop.clone(), prompt(o, c));
-            let mut params = SamplingParams::greedy(1_000_000);
+            let mut params = SamplingParams::greedy(LONG_ANSWER);
             params.seed = Some(o.seed.wrapping_mul(1_000_003).wrapping_add(c as u64));
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {

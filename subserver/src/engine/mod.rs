@@ -198,7 +198,8 @@ impl<R: ModelRunner> BatchEngine<R> {
             let seq = &self.running[i];
             let n = seq.pending().min(budget);
             let (id, end) = (seq.id, seq.computed + n);
-            if self.runner.kv().can_reserve(id, end) {
+            // Reserve now, so later items see the blocks this one takes.
+            if self.runner.kv().reserve(id, end).is_ok() {
                 plan.push((i, n));
                 budget -= n;
                 i += 1;
@@ -217,7 +218,7 @@ impl<R: ModelRunner> BatchEngine<R> {
             seq.computed = cached;
             seq.cached = cached;
             let n = seq.pending().min(budget);
-            if !self.runner.kv().can_reserve(seq.id, seq.computed + n) {
+            if self.runner.kv().reserve(seq.id, seq.computed + n).is_err() {
                 let _ = self.runner.kv().free(seq.id);
                 seq.computed = 0;
                 self.waiting.push_front(seq);

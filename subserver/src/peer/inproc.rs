@@ -1,6 +1,9 @@
 //! In-process transport: every model of the group runs in this process and a
 //! hand-over is a push onto the receiver's inbox (ordered, never blocking).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use crate::peer::message::{ModelIdx, PeerMsg};
 use crate::peer::transport::{PeerSender, TransportError};
 use crate::scheduler::inbox::{Inbound, InboxSender};
@@ -8,12 +11,14 @@ use crate::scheduler::inbox::{Inbound, InboxSender};
 /// Delivers straight into the schedulers' inboxes.
 pub struct InProcSender {
     inboxes: Vec<InboxSender>,
+    alive: Arc<[AtomicBool]>,
 }
 
 impl InProcSender {
-    /// A sender over the group's inboxes (index = model index).
-    pub fn new(inboxes: Vec<InboxSender>) -> Self {
-        Self { inboxes }
+    /// A sender over the group's inboxes (index = model index); `alive[m]`
+    /// goes false when model `m`'s scheduler thread exits.
+    pub fn new(inboxes: Vec<InboxSender>, alive: Arc<[AtomicBool]>) -> Self {
+        Self { inboxes, alive }
     }
 }
 
@@ -29,6 +34,8 @@ impl PeerSender for InProcSender {
     }
 
     fn is_up(&self, to: ModelIdx) -> bool {
-        (to as usize) < self.inboxes.len()
+        self.alive
+            .get(to as usize)
+            .is_some_and(|a| a.load(Ordering::SeqCst))
     }
 }

@@ -310,6 +310,7 @@ impl<R: ModelRunner> Scheduler<R> {
             switches: 0,
             peer_holds: vec![0; self.num_models()],
             cached_prompt: 0,
+            failed_peers: vec![false; self.num_models()],
         };
         let seq = Seq {
             rid: req.rid,
@@ -490,6 +491,7 @@ impl<R: ModelRunner> Scheduler<R> {
             warn!(rid, peer = from, %reason, "peer failed; continuing on the entry model");
             if let Some(hs) = self.seqs.get_mut(&rid).and_then(|s| s.home_state.as_mut()) {
                 hs.peer_holds[from as usize] = 0;
+                hs.failed_peers[from as usize] = true;
             }
             let budget = self.seqs.get(&rid).map(|s| s.budget).unwrap_or(0);
             self.give_pen(rid, budget);
@@ -566,7 +568,8 @@ impl<R: ModelRunner> Scheduler<R> {
             };
             let n = seq.pending_tokens().min(budget);
             let end = seq.computed + n;
-            while !self.runner.kv_ref().can_reserve(rid, end) {
+            // Reserve now, so later items see the blocks this one takes.
+            while self.runner.kv().reserve(rid, end).is_err() {
                 if !self.preempt_one(rid, &plan) {
                     break;
                 }
@@ -779,8 +782,17 @@ impl<R: ModelRunner> Scheduler<R> {
         let home = seq.home;
         let is_home = seq.is_home();
         let eos = self.runner.info().eos_ids.contains(&item.token);
+        let avoided = |to: ModelIdx| {
+            seq.home_state
+                .as_ref()
+                .is_some_and(|hs| hs.failed_peers[to as usize])
+        };
         let mut dest = match dest {
-            Dest::Peer { to, .. } if to as usize >= self.num_models() || to == me => Dest::Stay,
+            Dest::Peer { to, .. }
+                if to as usize >= self.num_models() || to == me || avoided(to) =>
+            {
+                Dest::Stay
+            }
             d => d,
         };
         if !is_home {
@@ -868,16 +880,21 @@ impl<R: ModelRunner> Scheduler<R> {
         }
     }
 
-    fn send(&mut self, to: ModelIdx, msg: PeerMsg) {
+    /// Sends to a peer; false when the transport refused it.
+    fn send(&mut self, to: ModelIdx, msg: PeerMsg) -> bool {
         if let Some(s) = &self.shared {
             s.message_sent();
         }
         self.stats.count_message(self.me(), to);
-        if let Err(e) = self.peers.send(to, msg) {
-            if let Some(s) = &self.shared {
-                s.message_received(); // never arrives
+        match self.peers.send(to, msg) {
+            Ok(()) => true,
+            Err(e) => {
+                if let Some(s) = &self.shared {
+                    s.message_received(); // it never arrives
+                }
+                debug!(to, error = %e, "peer send failed");
+                false
             }
-            debug!(to, error = %e, "peer send failed");
         }
     }
 
@@ -914,11 +931,9 @@ impl<R: ModelRunner> Scheduler<R> {
             n_active,
             meta,
         });
-        if !self.peers.is_up(to) {
+        if !self.peers.is_up(to) || !self.send(to, msg) {
             self.on_peer_failed(rid, to, format!("model {to} is unreachable"));
-            return;
         }
-        self.send(to, msg);
     }
 
     /// Guest → home: the tokens written this turn.
@@ -948,7 +963,12 @@ impl<R: ModelRunner> Scheduler<R> {
             n_active,
             meta: None,
         });
-        self.send(home, msg);
+        if !self.send(home, msg) {
+            // The home is gone: nobody will ask for this request again.
+            if let Some(seq) = self.seqs.remove(&rid) {
+                self.free_kv(&seq, false);
+            }
+        }
     }
 
     // ---- endings --------------------------------------------------------------

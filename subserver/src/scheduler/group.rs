@@ -2,7 +2,7 @@
 //! in-process transport, sharing the group state that delayed batching,
 //! lockstep and serial modes need. Benchmarks, tests and `serve` use it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -86,7 +86,9 @@ impl Group {
         let shared = Arc::new(GroupShared::new(n));
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| inbox()).unzip();
         shared.set_inboxes(senders.clone());
-        let transport: Arc<dyn PeerSender> = Arc::new(InProcSender::new(senders.clone()));
+        let alive: Arc<[AtomicBool]> = (0..n).map(|_| AtomicBool::new(true)).collect();
+        let transport: Arc<dyn PeerSender> =
+            Arc::new(InProcSender::new(senders.clone(), alive.clone()));
         let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
         let mut threads = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
@@ -113,9 +115,13 @@ impl Group {
                 Some(shared.clone()),
                 st,
             );
+            let alive = alive.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("sched-{}", member.name))
-                .spawn(move || sched.run());
+                .spawn(move || {
+                    sched.run();
+                    alive[i].store(false, Ordering::SeqCst);
+                });
             match handle {
                 Ok(h) => threads.push(h),
                 Err(e) => tracing::error!(error = %e, "cannot spawn a scheduler thread"),
@@ -195,6 +201,13 @@ impl Group {
             let _ = tx.send(Inbound::Shutdown);
         }
         self.shared.barrier.abort();
+    }
+
+    /// Stops one model's scheduler (tests of a peer that goes away).
+    pub fn stop_model(&self, m: ModelIdx) {
+        if let Some(tx) = self.inboxes.get(m as usize) {
+            let _ = tx.send(Inbound::Shutdown);
+        }
     }
 
     /// Active requests in the group.

@@ -11,3 +11,6 @@ pub mod policy;
 pub mod seq;
 pub mod shared;
 pub mod stats;
+
+#[cfg(test)]
+mod tests;

@@ -55,6 +55,8 @@ pub struct HomeState {
     pub peer_holds: Vec<usize>,
     /// Prompt tokens served from the prefix cache.
     pub cached_prompt: usize,
+    /// Peers that failed this request (fallback keeps the pen at home).
+    pub failed_peers: Vec<bool>,
 }
 
 /// One request in one subserver.
