@@ -12,10 +12,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::bench::forwarder::{self, ForwardRule, StdServers};
+use crate::config::LatencyModel;
 use crate::engine::EngineLimits;
 use crate::error::EngineError;
 use crate::policy::{build, Placement};
-use crate::runner::sim::{LinearLatency, SimRunner};
+use crate::runner::sim::SimRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
@@ -132,11 +133,12 @@ fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
 }
 
 fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
-    let latency = LinearLatency {
-        base: o.latencies_ms[m],
-        per_seq: o.per_seq_ms.get(m).copied().unwrap_or(0.0),
-        per_token: 0.0,
-    };
+    let latency = LatencyModel::linear(
+        o.latencies_ms[m],
+        o.per_seq_ms.get(m).copied().unwrap_or(0.0),
+        0.0,
+    )
+    .map_err(|e| EngineError::InvalidRequest(format!("--latencies-ms: {e}")))?;
     let kv_tokens = o.concurrency * (o.prompt_tokens + LONG_ANSWER + 64) + 4096;
     SimRunner::new(
         &format!("sim{m}"),

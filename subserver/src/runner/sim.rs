@@ -19,20 +19,9 @@ pub trait StepLatency: Send {
     fn step_ms(&self, batch: usize, new_tokens: usize) -> f64;
 }
 
-/// `base + per_seq * batch + per_token * new_tokens`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LinearLatency {
-    /// Fixed cost of a step.
-    pub base: f64,
-    /// Cost per request in the batch.
-    pub per_seq: f64,
-    /// Cost per new token in the batch.
-    pub per_token: f64,
-}
-
-impl StepLatency for LinearLatency {
+impl StepLatency for crate::config::LatencyModel {
     fn step_ms(&self, batch: usize, new_tokens: usize) -> f64 {
-        self.base + self.per_seq * batch as f64 + self.per_token * new_tokens as f64
+        crate::config::LatencyModel::step_ms(self, batch, new_tokens)
     }
 }
 
@@ -133,15 +122,12 @@ impl ModelRunner for SimRunner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::LatencyModel;
     use crate::runner::StepItem;
 
     #[test]
     fn steps_take_the_configured_time_and_reserve_kv() {
-        let lat = LinearLatency {
-            base: 5.0,
-            per_seq: 1.0,
-            per_token: 0.0,
-        };
+        let lat = LatencyModel::linear(5.0, 1.0, 0.0).unwrap();
         let mut r = SimRunner::new("sim", 100, vec![0], Box::new(lat), 1024, 16, 1).unwrap();
         r.kv().admit(1, &[1, 2, 3]).unwrap();
         r.kv().admit(2, &[4]).unwrap();
@@ -176,11 +162,7 @@ mod tests {
                 "s",
                 50,
                 vec![],
-                Box::new(LinearLatency {
-                    base: 0.0,
-                    per_seq: 0.0,
-                    per_token: 0.0,
-                }),
+                Box::new(LatencyModel::linear(0.0, 0.0, 0.0).unwrap()),
                 64,
                 16,
                 9,

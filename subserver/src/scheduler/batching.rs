@@ -1,45 +1,7 @@
 //! When a model starts a step. Pure functions, so the rules are tested
 //! exhaustively apart from threads and clocks.
 
-/// How the models of a group take steps (the same runtime, four policies).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecutionMode {
-    /// Each model steps on its own once `B(n)` requests want it (default).
-    AsyncDelayed,
-    /// Each model steps on its own as soon as one request wants it.
-    Async,
-    /// A global step barrier: every model steps together, waiting for the slowest.
-    Lockstep,
-    /// One model steps at a time.
-    Serial,
-}
-
-impl ExecutionMode {
-    /// Config name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::AsyncDelayed => "async_delayed",
-            Self::Async => "async",
-            Self::Lockstep => "lockstep",
-            Self::Serial => "serial",
-        }
-    }
-}
-
-impl std::str::FromStr for ExecutionMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "async_delayed" => Ok(Self::AsyncDelayed),
-            "async" => Ok(Self::Async),
-            "lockstep" => Ok(Self::Lockstep),
-            "serial" => Ok(Self::Serial),
-            _ => Err(format!(
-                "unknown execution mode `{s}` (async_delayed, async, lockstep, serial)"
-            )),
-        }
-    }
-}
+pub use crate::config::ExecutionMode;
 
 /// `B` for `n` active requests: the table is indexed by concurrency (entry
 /// `i` is for `n = i + 1`), the index clamped at both ends, and `B` clamped to

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
+use crate::config::LatencyModel;
 use crate::engine::EngineLimits;
 use crate::policy::{build, Placement};
-use crate::runner::sim::{LinearLatency, SimRunner};
+use crate::runner::sim::SimRunner;
 use crate::sampling::{FinishReason, SamplingParams};
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::{RequestError, StreamEvent, Usage};
@@ -47,11 +48,7 @@ fn group(o: &Opts) -> Group {
                     "sim",
                     1000,
                     vec![0],
-                    Box::new(LinearLatency {
-                        base: o.latencies[m as usize],
-                        per_seq: 0.0,
-                        per_token: 0.0,
-                    }),
+                    Box::new(LatencyModel::linear(o.latencies[m as usize], 0.0, 0.0).unwrap()),
                     o.kv_tokens,
                     16,
                     m as u64,
