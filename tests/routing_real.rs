@@ -31,12 +31,27 @@ fn group(p: f64) -> Group {
         .map(|(m, name)| MemberSpec {
             name: name.to_string(),
             runner: Box::new(runner(name)),
-            policy: build("Random", &kwargs, Placement { model: m as u16, num_models: 2, entry: 0 }).unwrap(),
+            policy: build(
+                "Random",
+                &kwargs,
+                Placement {
+                    model: m as u16,
+                    num_models: 2,
+                    entry: 0,
+                },
+            )
+            .unwrap(),
             tokenizer: None,
             thresholds: vec![1],
         })
         .collect();
-    Group::start(members, GroupSettings { peer_timeout: Duration::from_secs(120), ..GroupSettings::default() })
+    Group::start(
+        members,
+        GroupSettings {
+            peer_timeout: Duration::from_secs(120),
+            ..GroupSettings::default()
+        },
+    )
 }
 
 fn prompts() -> Vec<Vec<u32>> {
@@ -49,7 +64,10 @@ fn prompts() -> Vec<Vec<u32>> {
 
 /// Greedy generation through the routed group: (tokens, writers, usage) per prompt.
 fn routed(g: &Group, n: usize) -> Vec<(Vec<u32>, Vec<u16>, Usage)> {
-    let rxs: Vec<_> = prompts().into_iter().map(|p| g.submit(p, SamplingParams::greedy(n)).1).collect();
+    let rxs: Vec<_> = prompts()
+        .into_iter()
+        .map(|p| g.submit(p, SamplingParams::greedy(n)).1)
+        .collect();
     rxs.into_iter()
         .map(|mut rx| {
             let (mut toks, mut writers) = (vec![], vec![]);
@@ -73,7 +91,11 @@ fn alone(name: &str, n: usize) -> Vec<Vec<u32>> {
     for (i, p) in prompts().into_iter().enumerate() {
         e.add(i as u64, p, &SamplingParams::greedy(n)).unwrap();
     }
-    e.run_to_completion().unwrap().into_iter().map(|c| c.tokens).collect()
+    e.run_to_completion()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.tokens)
+        .collect()
 }
 
 #[test]
@@ -85,7 +107,11 @@ fn probability_zero_equals_small_only_and_one_equals_large_only() {
         let want = alone(model, n);
         for ((toks, writers, usage), want) in got.iter().zip(&want) {
             // EOS may end a request early; compare what both produced.
-            assert_eq!(toks, &want[..toks.len().min(want.len())], "p = {p}: differs from {model} alone");
+            assert_eq!(
+                toks,
+                &want[..toks.len().min(want.len())],
+                "p = {p}: differs from {model} alone"
+            );
             assert!(writers.iter().all(|&w| w == writer));
             assert_eq!(usage.tokens_by_model[writer as usize], toks.len());
         }
@@ -100,12 +126,21 @@ fn mixed_routing_is_deterministic_and_accounts_every_token_once() {
         assert_eq!(ta, tb, "greedy routed generation is not deterministic");
         assert_eq!(wa, wb);
         assert_eq!(ua, ub);
-        assert_eq!(ua.tokens_by_model.iter().sum::<usize>(), ua.completion_tokens);
+        assert_eq!(
+            ua.tokens_by_model.iter().sum::<usize>(),
+            ua.completion_tokens
+        );
         assert_eq!(ua.completion_tokens, ta.len());
         for m in 0..2u16 {
-            assert_eq!(ua.tokens_by_model[m as usize], wa.iter().filter(|&&w| w == m).count());
+            assert_eq!(
+                ua.tokens_by_model[m as usize],
+                wa.iter().filter(|&&w| w == m).count()
+            );
         }
     }
     let writers: Vec<u16> = a.iter().flat_map(|r| r.1.clone()).collect();
-    assert!(writers.contains(&0) && writers.contains(&1), "both models must write");
+    assert!(
+        writers.contains(&0) && writers.contains(&1),
+        "both models must write"
+    );
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use subserver::device::{parse_device, DType};
+use subserver::config::{DType, DeviceSpec};
 use subserver::engine::{BatchEngine, EngineLimits};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
@@ -99,7 +99,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         ..SamplingParams::default()
     };
     let mut opts = TchRunnerOptions::new(&args.model);
-    opts.device = parse_device(&args.device)?;
+    opts.device = args.device.parse::<DeviceSpec>()?.into();
     opts.dtype = args.dtype.parse::<DType>()?;
     opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
     let runner = TchRunner::load(&opts).context("loading the model")?;

@@ -1,25 +1,11 @@
-//! Device and dtype selection, and making CUDA available at run time.
+//! Making a device usable at run time: CUDA loading and memory queries.
+//! (Parsing device and dtype names lives in `config::placement`.)
 
-use std::str::FromStr;
 use std::sync::OnceLock;
 
-use tch::{Device, Kind};
+use tch::Device;
 
 use crate::error::EngineError;
-
-/// Parses `cpu`, `cuda` or `cuda:N`.
-pub fn parse_device(s: &str) -> Result<Device, EngineError> {
-    match s {
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => Ok(Device::Cuda(0)),
-        _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
-            Some(Ok(n)) => Ok(Device::Cuda(n)),
-            _ => Err(EngineError::InvalidDevice(format!(
-                "unknown device `{s}` (expected cpu, cuda or cuda:N)"
-            ))),
-        },
-    }
-}
 
 /// Makes sure a requested device can be used. For CUDA this loads
 /// `libtorch_cuda.so` with `RTLD_GLOBAL` when the binary was linked without it
@@ -115,74 +101,4 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
 /// Sets libtorch's intra-op CPU threads.
 pub fn set_cpu_threads(n: i32) {
     tch::set_num_threads(n.max(1));
-}
-
-/// Floating-point dtypes for weights and activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DType {
-    /// 32-bit float.
-    F32,
-    /// bfloat16.
-    BF16,
-    /// IEEE half.
-    F16,
-}
-
-impl DType {
-    /// The libtorch kind.
-    pub fn kind(self) -> Kind {
-        match self {
-            Self::F32 => Kind::Float,
-            Self::BF16 => Kind::BFloat16,
-            Self::F16 => Kind::Half,
-        }
-    }
-
-    /// The name used in configs and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::F32 => "f32",
-            Self::BF16 => "bf16",
-            Self::F16 => "f16",
-        }
-    }
-}
-
-impl FromStr for DType {
-    type Err = EngineError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "f32" | "float32" | "float" => Ok(Self::F32),
-            "bf16" | "bfloat16" => Ok(Self::BF16),
-            "f16" | "float16" | "half" => Ok(Self::F16),
-            _ => Err(EngineError::InvalidDevice(format!(
-                "unknown dtype `{s}` (expected f32, bf16 or f16)"
-            ))),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_devices() {
-        assert_eq!(parse_device("cpu").unwrap(), Device::Cpu);
-        assert_eq!(parse_device("cuda").unwrap(), Device::Cuda(0));
-        assert_eq!(parse_device("cuda:3").unwrap(), Device::Cuda(3));
-        assert!(parse_device("tpu").unwrap_err().to_string().contains("tpu"));
-        assert!(parse_device("cuda:x").is_err());
-    }
-
-    #[test]
-    fn parses_dtypes() {
-        assert_eq!("bfloat16".parse::<DType>().unwrap(), DType::BF16);
-        assert!("int8"
-            .parse::<DType>()
-            .unwrap_err()
-            .to_string()
-            .contains("int8"));
-    }
 }

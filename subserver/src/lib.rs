@@ -17,6 +17,7 @@ pub mod policy;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
+pub mod service;
 pub mod tokenizer;
 
 pub use error::EngineError;

@@ -78,6 +78,15 @@ impl PeerMsg {
         }
     }
 
+    /// A label for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Req(_) => "handover",
+            Self::Release { .. } => "release",
+            Self::Failed { .. } => "failed",
+        }
+    }
+
     /// The sending model.
     pub fn from(&self) -> ModelIdx {
         match self {

@@ -5,15 +5,7 @@ use tch::Device;
 use crate::device::cuda_mem_info;
 use crate::error::EngineError;
 
-/// How much memory the KV pool may take.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KvBudget {
-    /// A fraction of the memory available after the weights are loaded
-    /// (free GPU memory, or `MemAvailable` on the host).
-    Fraction(f64),
-    /// Room for exactly this many tokens (rounded up to whole blocks).
-    Tokens(usize),
-}
+pub use crate::config::KvBudget;
 
 fn host_available_bytes() -> Result<u64, EngineError> {
     let path = std::path::Path::new("/proc/meminfo");

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use tch::Device;
 use tracing::info;
 
-use crate::device::{ensure_device, DType};
+use crate::config::DType;
+use crate::device::ensure_device;
 use crate::error::EngineError;
 use crate::kv::storage::{bytes_per_block, KvStorage};
 use crate::kv::KvManager;
@@ -65,7 +66,7 @@ impl TchRunner {
         }
         ensure_device(opts.device)?;
         let dir = ModelDir::open(&opts.model_dir)?;
-        let kind = opts.dtype.kind();
+        let kind: tch::Kind = opts.dtype.into();
         let weights = Weights::load(&dir.path, &dir.weight_files()?, kind, opts.device)?;
         let decoder = Decoder::new(&dir.config, weights, kind, opts.device)?;
         Self::with_decoder(decoder, &dir, opts)

@@ -235,7 +235,7 @@ impl<R: ModelRunner> Scheduler<R> {
                 if let Some(s) = &self.shared {
                     s.message_received();
                 }
-                self.stats.count_message(m.from(), self.me());
+                self.stats.count_message(m.from(), self.me(), m.kind());
                 match m {
                     PeerMsg::Req(req) => self.on_peer_req(req),
                     PeerMsg::Release { rid, .. } => self.on_release(rid),
@@ -885,7 +885,7 @@ impl<R: ModelRunner> Scheduler<R> {
         if let Some(s) = &self.shared {
             s.message_sent();
         }
-        self.stats.count_message(self.me(), to);
+        self.stats.count_message(self.me(), to, msg.kind());
         match self.peers.send(to, msg) {
             Ok(()) => true,
             Err(e) => {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 
 use crate::engine::EngineLimits;
+use crate::metrics::SubserverMetrics;
 use crate::peer::inproc::InProcSender;
 use crate::peer::message::{ModelIdx, Rid};
 use crate::peer::transport::PeerSender;
@@ -77,11 +78,21 @@ pub struct Group {
     entry: ModelIdx,
     next_rid: AtomicU64,
     shared: Arc<GroupShared>,
+    alive: Arc<[AtomicBool]>,
 }
 
 impl Group {
     /// Starts one scheduler thread per member.
     pub fn start(members: Vec<MemberSpec>, settings: GroupSettings) -> Self {
+        Self::start_with_metrics(members, settings, None)
+    }
+
+    /// Like [`Group::start`], counting into Prometheus collectors.
+    pub fn start_with_metrics(
+        members: Vec<MemberSpec>,
+        settings: GroupSettings,
+        metrics: Option<&SubserverMetrics>,
+    ) -> Self {
         let n = members.len();
         let shared = Arc::new(GroupShared::new(n));
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| inbox()).unzip();
@@ -93,7 +104,11 @@ impl Group {
         let mut threads = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
         for (i, (member, rx)) in members.into_iter().zip(receivers).enumerate() {
-            let st = Arc::new(SchedulerStats::new(n));
+            let st = SchedulerStats::new(n);
+            let st = Arc::new(match metrics {
+                Some(m) => st.with_metrics(m, &names, i),
+                None => st,
+            });
             stats.push(st.clone());
             let cfg = SchedulerConfig {
                 model: i as ModelIdx,
@@ -135,6 +150,7 @@ impl Group {
             entry: settings.entry,
             next_rid: AtomicU64::new(1),
             shared,
+            alive,
         }
     }
 
@@ -201,6 +217,13 @@ impl Group {
             let _ = tx.send(Inbound::Shutdown);
         }
         self.shared.barrier.abort();
+    }
+
+    /// True while model `m`'s scheduler thread runs.
+    pub fn is_alive(&self, m: ModelIdx) -> bool {
+        self.alive
+            .get(m as usize)
+            .is_some_and(|a| a.load(Ordering::SeqCst))
     }
 
     /// Stops one model's scheduler (tests of a peer that goes away).

@@ -5,6 +5,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::metrics::{ModelMetrics, SubserverMetrics};
 use crate::peer::message::ModelIdx;
 
 /// A snapshot of one scheduler's counters.
@@ -56,9 +57,16 @@ pub struct StatsSnapshot {
     pub messages: u64,
 }
 
+/// Prometheus handles of the group's models, indexed by model.
+struct Mirror {
+    models: Vec<ModelMetrics>,
+    me: usize,
+}
+
 /// Thread-safe counters of one scheduler.
 pub struct SchedulerStats {
     inner: Mutex<StatsSnapshot>,
+    mirror: Option<Mirror>,
 }
 
 impl SchedulerStats {
@@ -71,7 +79,26 @@ impl SchedulerStats {
         };
         Self {
             inner: Mutex::new(snap),
+            mirror: None,
         }
+    }
+
+    /// Also counts into Prometheus: `names` are the group's model names by
+    /// index, `me` this scheduler's index.
+    pub fn with_metrics(mut self, metrics: &SubserverMetrics, names: &[String], me: usize) -> Self {
+        let models = names.iter().map(|n| metrics.for_model(n)).collect();
+        self.mirror = Some(Mirror { models, me });
+        self
+    }
+
+    fn metrics(&self) -> Option<&ModelMetrics> {
+        self.mirror.as_ref().and_then(|m| m.models.get(m.me))
+    }
+
+    fn metrics_of(&self, model: ModelIdx) -> Option<&ModelMetrics> {
+        self.mirror
+            .as_ref()
+            .and_then(|m| m.models.get(model as usize))
     }
 
     fn with(&self, f: impl FnOnce(&mut StatsSnapshot)) {
@@ -103,6 +130,11 @@ impl SchedulerStats {
             s.batch_sum += batch as u64;
             s.step_seconds += took.as_secs_f64();
         });
+        if let Some(m) = self.metrics() {
+            if let Err(e) = m.observe_step(batch, took.as_secs_f64()) {
+                tracing::debug!(error = %e, "step latency not recorded");
+            }
+        }
     }
 
     pub(crate) fn record_commit(&self, from: ModelIdx, writer: ModelIdx) {
@@ -124,16 +156,25 @@ impl SchedulerStats {
         self.with(|s| s.guest_tokens += n as u64);
     }
 
-    pub(crate) fn count_success(&self, _reason: &str) {
+    pub(crate) fn count_success(&self, reason: &str) {
         self.with(|s| s.finished += 1);
+        if let Some(m) = self.metrics() {
+            m.add_success(reason);
+        }
     }
 
-    pub(crate) fn count_failure(&self, _error_type: &str) {
+    pub(crate) fn count_failure(&self, error_type: &str) {
         self.with(|s| s.failed += 1);
+        if let Some(m) = self.metrics() {
+            m.add_failure(error_type);
+        }
     }
 
     pub(crate) fn count_preemption(&self) {
         self.with(|s| s.preemptions += 1);
+        if let Some(m) = self.metrics() {
+            m.add_preemptions(1);
+        }
     }
 
     pub(crate) fn count_prefix(&self, query: usize, hit: usize) {
@@ -141,10 +182,16 @@ impl SchedulerStats {
             s.prefix_query_tokens += query as u64;
             s.prefix_hit_tokens += hit as u64;
         });
+        if let Some(m) = self.metrics() {
+            let _ = m.add_prefix_cache(query as u64, hit as u64);
+        }
     }
 
-    pub(crate) fn count_message(&self, _from: ModelIdx, _to: ModelIdx) {
+    pub(crate) fn count_message(&self, from: ModelIdx, to: ModelIdx, kind: &str) {
         self.with(|s| s.messages += 1);
+        if let (Some(f), Some(t)) = (self.metrics_of(from), self.metrics_of(to)) {
+            f.shared().add_peer_message(f.model(), t.model(), kind);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -167,6 +214,10 @@ impl SchedulerStats {
             s.kv_available_blocks = kv_available_blocks;
             s.kv_blocks = kv_blocks;
         });
+        if let Some(m) = self.metrics() {
+            m.set_queue(running, waiting, pending);
+            let _ = m.set_kv_usage(kv_usage.clamp(0.0, 1.0));
+        }
     }
 
     pub(crate) fn set_concurrency(&self, active: usize, threshold: usize) {
@@ -174,6 +225,10 @@ impl SchedulerStats {
             s.active = active;
             s.threshold = threshold;
         });
+        if let Some(m) = self.metrics() {
+            m.set_concurrency(active);
+            m.set_threshold(threshold);
+        }
     }
 
     pub(crate) fn set_threshold_table(&self, table: Vec<usize>) {

@@ -1,0 +1,126 @@
+//! From config to group members: one runner, policy, tokenizer and
+//! threshold list per model.
+
+use std::time::Duration;
+
+use crate::config::{Backend, EngineConfig, KvBudget, TransportConfig};
+use crate::engine::EngineLimits;
+use crate::policy::{self, Placement};
+use crate::runner::sim::SimRunner;
+use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use crate::runner::ModelRunner;
+use crate::scheduler::group::{GroupSettings, MemberSpec};
+use crate::service::ServiceError;
+use crate::tokenizer::TextTokenizer;
+
+/// KV tokens a simulated model gets when the config gives a memory fraction
+/// (a simulated model has no memory to take a fraction of).
+const SIM_DEFAULT_KV_TOKENS: usize = 262_144;
+
+/// Loads every model of `cfg` (in config order) with its policy.
+pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
+    if let TransportConfig::Tcp(_) = cfg.transport() {
+        return Err(ServiceError::Unsupported(
+            "transport tcp runs one subserver process per model; an in-process group needs transport inproc".into(),
+        ));
+    }
+    if let Some(t) = cfg.system().threads {
+        crate::device::set_cpu_threads(t as i32);
+    }
+    let n = cfg.models().len();
+    let entry = cfg.entry_index();
+    let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
+    let mut out = Vec::with_capacity(n);
+    for (i, spec) in cfg.models().iter().enumerate() {
+        let model_err = |source| ServiceError::Model {
+            model: spec.name.clone(),
+            source,
+        };
+        let (runner, tokenizer): (Box<dyn ModelRunner>, Option<TextTokenizer>) = match cfg.backend()
+        {
+            Backend::Tch => {
+                let path = spec.path.clone().ok_or_else(|| {
+                    ServiceError::Unsupported(format!(
+                        "model `{}` has no path (backend tch)",
+                        spec.name
+                    ))
+                })?;
+                let opts = TchRunnerOptions {
+                    model_dir: path.clone(),
+                    device: spec.device.into(),
+                    dtype: spec.dtype,
+                    block_size: cfg.system().block_size,
+                    kv_budget: spec.kv_budget,
+                    enable_prefix_cache: cfg.system().enable_prefix_cache,
+                };
+                let runner = TchRunner::load(&opts).map_err(model_err)?;
+                let tokenizer = if i == entry {
+                    Some(TextTokenizer::from_dir(&path).map_err(|e| model_err(e.into()))?)
+                } else {
+                    None
+                };
+                (Box::new(runner), tokenizer)
+            }
+            Backend::Sim => {
+                let sim = spec.sim.clone().ok_or_else(|| {
+                    ServiceError::Unsupported(format!(
+                        "model `{}` has no sim settings (backend sim)",
+                        spec.name
+                    ))
+                })?;
+                let kv_tokens = match spec.kv_budget {
+                    KvBudget::Tokens(t) => t,
+                    KvBudget::Fraction(_) => SIM_DEFAULT_KV_TOKENS,
+                };
+                let runner = SimRunner::new(
+                    &spec.name,
+                    sim.vocab_size,
+                    vec![],
+                    Box::new(sim.latency_ms),
+                    kv_tokens,
+                    cfg.system().block_size,
+                    cfg.sim().seed.wrapping_add(i as u64),
+                )
+                .map_err(model_err)?;
+                (Box::new(runner), None)
+            }
+        };
+        let at = Placement {
+            model: i as u16,
+            num_models: n,
+            entry: entry as u16,
+        };
+        let policy = policy::build(cfg.policy().name.as_str(), &kwargs, at)?;
+        out.push(MemberSpec {
+            name: spec.name.clone(),
+            runner,
+            policy,
+            tokenizer,
+            thresholds: cfg
+                .thresholds()
+                .for_model(i)
+                .map(<[usize]>::to_vec)
+                .unwrap_or_else(|| vec![1]),
+        });
+    }
+    Ok(out)
+}
+
+/// Group-wide settings from `cfg`.
+pub fn settings(cfg: &EngineConfig) -> GroupSettings {
+    let peer_timeout = match cfg.transport() {
+        TransportConfig::Tcp(t) => Duration::from_millis(t.peer_timeout_ms),
+        TransportConfig::InProc => Duration::from_secs(60),
+    };
+    GroupSettings {
+        entry: cfg.entry_index() as u16,
+        mode: cfg.execution_mode(),
+        max_batch_wait: cfg.max_batch_wait(),
+        limits: EngineLimits {
+            max_batched_tokens: cfg.system().max_batched_tokens,
+            max_batch_size: cfg.system().max_batch_size,
+        },
+        fallback_on_peer_failure: cfg.fallback_on_peer_failure(),
+        peer_timeout,
+    }
+}

@@ -1,0 +1,113 @@
+//! A routed group built from an `EngineConfig`: runners (libtorch or
+//! simulated), policies, thresholds and settings, plus the subserver's HTTP
+//! surface (`/metrics`, `/health`, admin) backed by the live group.
+
+pub mod admin;
+pub mod build;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus::Registry;
+
+use crate::config::EngineConfig;
+use crate::http::SubserverHttp;
+use crate::metrics::SubserverMetrics;
+use crate::scheduler::group::Group;
+
+/// Errors while building or starting a group.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// A model could not be loaded or sized.
+    #[error("model `{model}`: {source}")]
+    Model {
+        /// The model's name in the config.
+        model: String,
+        /// What failed.
+        #[source]
+        source: crate::error::EngineError,
+    },
+    /// The policy rejected its configuration.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    /// Something the config allows but this build does not do.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Metrics registration failed.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    /// The HTTP surface could not start.
+    #[error(transparent)]
+    Http(#[from] crate::http::HttpError),
+}
+
+impl ServiceError {
+    /// Stable label for metrics.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::Model { .. } => "model",
+            Self::Policy(_) => "policy",
+            Self::Unsupported(_) => "unsupported",
+            Self::Metrics(_) => "metrics",
+            Self::Http(_) => "http",
+        }
+    }
+}
+
+/// A running group with its metrics and (optionally) its HTTP surface.
+/// Dropping it stops the HTTP server, then every scheduler.
+pub struct Service {
+    http: Option<SubserverHttp>,
+    group: Arc<Group>,
+    registry: Registry,
+}
+
+impl Service {
+    /// Loads every model of `cfg` and starts the group; with `admin`, also
+    /// serves `/metrics`, `/health` and `/admin/*` there.
+    pub fn start(cfg: &EngineConfig, admin: Option<SocketAddr>) -> Result<Self, ServiceError> {
+        let registry = Registry::new();
+        let metrics = SubserverMetrics::new(&registry)?;
+        let members = build::members(cfg)?;
+        let group = Arc::new(Group::start_with_metrics(
+            members,
+            build::settings(cfg),
+            Some(&metrics),
+        ));
+        let http = match admin {
+            Some(addr) => {
+                let api = Arc::new(admin::GroupAdmin::new(group.clone()));
+                Some(SubserverHttp::start(addr, api, registry.clone())?)
+            }
+            None => None,
+        };
+        Ok(Self {
+            http,
+            group,
+            registry,
+        })
+    }
+
+    /// The group (submit, cancel, stats).
+    pub fn group(&self) -> &Arc<Group> {
+        &self.group
+    }
+
+    /// The Prometheus registry the group counts into.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Where the HTTP surface listens.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        // Stop taking admin calls before the schedulers go.
+        self.http.take();
+        self.group.shutdown_requests();
+    }
+}
