@@ -108,9 +108,7 @@ pub fn encode_msg(msg: &PeerMsg) -> Result<Vec<u8>, TransportError> {
     let len = options().serialized_size(msg).map_err(too_big)?;
     let mut frame = Vec::with_capacity(LEN_BYTES + len as usize);
     frame.extend_from_slice(&(len as u32).to_be_bytes());
-    options()
-        .serialize_into(&mut frame, msg)
-        .map_err(too_big)?;
+    options().serialize_into(&mut frame, msg).map_err(too_big)?;
     Ok(frame)
 }
 
@@ -295,10 +293,7 @@ mod tests {
             }
             let mut longer = payload.to_vec();
             longer.push(0);
-            assert!(matches!(
-                decode_msg(&longer),
-                Err(TransportError::Codec(_))
-            ));
+            assert!(matches!(decode_msg(&longer), Err(TransportError::Codec(_))));
         }
     }
 

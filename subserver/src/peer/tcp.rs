@@ -8,6 +8,12 @@
 //! first message, reconnects with exponential backoff, and delivers each
 //! message at most once (see `link`). A `PeerMsg::Release` is an ordinary
 //! message, so it always arrives after the hand-overs sent before it.
+//!
+//! `is_up(to)` is true until a connect to `to` fails or its connection is
+//! seen broken (idle connections are probed every `probe_interval`), and
+//! true again once a reconnect succeeds; after the first message the writer
+//! keeps retrying even with an empty queue, so it recovers within
+//! `reconnect_backoff_max` of the peer coming back.
 
 mod link;
 mod listener;
@@ -75,8 +81,9 @@ impl TcpOptions {
     }
 }
 
-/// Resolves `host:port` addresses (index = model) to socket addresses; an
-/// error names the address that does not resolve.
+/// Resolves `host:port` addresses (index = model) to socket addresses (the
+/// first each name resolves to); an error names the address that does not
+/// resolve.
 pub fn resolve_addresses(addresses: &[String]) -> Result<Vec<SocketAddr>, TransportError> {
     addresses
         .iter()
@@ -124,7 +131,10 @@ impl TcpTransport {
         if n > usize::from(ModelIdx::MAX) + 1 {
             return Err(TransportError::Unreachable(
                 me,
-                format!("{n} addresses: a group has at most {} models", u32::from(ModelIdx::MAX) + 1),
+                format!(
+                    "{n} addresses: a group has at most {} models",
+                    u32::from(ModelIdx::MAX) + 1
+                ),
             ));
         }
         let bind = opts.bind.unwrap_or(*own);
@@ -152,8 +162,9 @@ impl TcpTransport {
             grace: opts.shutdown_grace,
         };
         // From here on an error drops `transport`, which stops what started.
-        let spawn_failed =
-            |e: std::io::Error| TransportError::Unreachable(me, format!("cannot start a thread: {e}"));
+        let spawn_failed = |e: std::io::Error| {
+            TransportError::Unreachable(me, format!("cannot start a thread: {e}"))
+        };
         *transport.acceptor.lock() = Some(
             listener::spawn_acceptor(Arc::clone(&transport.inbound), listener)
                 .map_err(spawn_failed)?,
@@ -206,7 +217,8 @@ impl TcpTransport {
         if stragglers > 0 {
             warn!(
                 me = self.me,
-                stragglers, "transport threads still busy after shutdown; left to exit on their own"
+                stragglers,
+                "transport threads still busy after shutdown; left to exit on their own"
             );
         }
     }

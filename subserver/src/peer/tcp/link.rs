@@ -258,7 +258,10 @@ fn run_writer(link: &Link, timing: LinkTiming) {
                 let n = batch.len();
                 match write_batch(stream, &batch, &link.closed) {
                     Ok(()) => link.settle(n),
-                    Err(WriteFailure { first_unwritten, error }) => {
+                    Err(WriteFailure {
+                        first_unwritten,
+                        error,
+                    }) => {
                         let unwritten: Vec<Vec<u8>> =
                             batch.into_iter().skip(first_unwritten).collect();
                         link.settle(n - unwritten.len());
@@ -321,7 +324,8 @@ fn wait_handshake(
     deadline: Instant,
 ) -> Result<Handshake, TransportError> {
     let to = link.to;
-    let fail = |e: String| TransportError::Unreachable(to, format!("handshake with {}: {e}", link.addr));
+    let fail =
+        |e: String| TransportError::Unreachable(to, format!("handshake with {}: {e}", link.addr));
     // Peek until the whole answer is there, so the read below cannot time
     // out half-way through it.
     let mut probe = [0u8; HANDSHAKE_FRAME];
@@ -450,19 +454,27 @@ mod tests {
     fn closed_flag_stops_a_blocked_write() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        let (_far, _) = listener.accept().unwrap(); // never reads
+        let (far, _) = listener.accept().unwrap(); // never reads
         stream.set_write_timeout(Some(IO_POLL)).unwrap();
         let batch: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 1 << 20]).collect();
         let closed = Arc::new(AtomicBool::new(false));
         let flag = closed.clone();
         let t = thread::spawn(move || {
+            // Close only once bytes flow and the buffers had time to fill.
+            far.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            assert!(far.peek(&mut [0u8; 1]).unwrap() > 0);
             thread::sleep(Duration::from_millis(300));
             flag.store(true, Ordering::Release);
+            (far, Instant::now())
         });
-        let start = Instant::now();
         let err = write_batch(&stream, &batch, &closed).err().unwrap();
-        t.join().unwrap();
-        assert!(start.elapsed() < Duration::from_secs(2));
+        let (_far, closed_at) = t.join().unwrap();
+        // Noticed within a write-timeout slice or so.
+        assert!(
+            closed_at.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            closed_at.elapsed()
+        );
         // The kernel took a prefix; the frames after it are intact.
         assert!(err.first_unwritten > 0 && err.first_unwritten < batch.len());
     }

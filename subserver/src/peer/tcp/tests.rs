@@ -50,7 +50,7 @@ fn msg(from: ModelIdx, to: ModelIdx, i: u64) -> PeerMsg {
             to,
             loc: (i % 1000) as u32,
             tokens: (0..(i % 17) as u32).map(|t| t * 7919 + i as u32).collect(),
-            finished: i % 2 == 0,
+            finished: i % 4 < 2,
             budget: (i % 300) as u32,
             n_active: (i % 11) as u32,
             meta: None,
@@ -65,7 +65,11 @@ fn msg(from: ModelIdx, to: ModelIdx, i: u64) -> PeerMsg {
 }
 
 /// Receives `n` messages and checks they are `expected(0..n)` in order.
-fn expect_in_order(rx: &Receiver<PeerMsg>, expected: impl Iterator<Item = PeerMsg>, within: Duration) {
+fn expect_in_order(
+    rx: &Receiver<PeerMsg>,
+    expected: impl Iterator<Item = PeerMsg>,
+    within: Duration,
+) {
     let deadline = Instant::now() + within;
     for (k, want) in expected.enumerate() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -84,7 +88,12 @@ fn wait_until(what: &str, within: Duration, cond: impl Fn() -> bool) {
     }
 }
 
-fn pair() -> (TcpTransport, Receiver<PeerMsg>, TcpTransport, Receiver<PeerMsg>) {
+fn pair() -> (
+    TcpTransport,
+    Receiver<PeerMsg>,
+    TcpTransport,
+    Receiver<PeerMsg>,
+) {
     let addrs = vec![free_addr(), free_addr()];
     let (da, ra) = collector();
     let (db, rb) = collector();
@@ -99,9 +108,15 @@ fn ten_thousand_messages_arrive_in_order() {
     for i in 0..10_000 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
-    expect_in_order(&rb, (0..10_000).map(|i| msg(0, 1, i)), Duration::from_secs(4));
+    expect_in_order(
+        &rb,
+        (0..10_000).map(|i| msg(0, 1, i)),
+        Duration::from_secs(4),
+    );
     assert!(a.is_up(1));
-    wait_until("the queue drains", Duration::from_secs(1), || a.queued(1) == 0);
+    wait_until("the queue drains", Duration::from_secs(1), || {
+        a.queued(1) == 0
+    });
     assert!(rb.try_recv().is_err(), "no extra message");
 }
 
@@ -120,9 +135,17 @@ fn both_directions_at_once() {
         })
         .collect();
     let at_a = thread::spawn(move || {
-        expect_in_order(&ra, (0..10_000).map(|i| msg(1, 0, i)), Duration::from_secs(4))
+        expect_in_order(
+            &ra,
+            (0..10_000).map(|i| msg(1, 0, i)),
+            Duration::from_secs(4),
+        )
     });
-    expect_in_order(&rb, (0..10_000).map(|i| msg(0, 1, i)), Duration::from_secs(4));
+    expect_in_order(
+        &rb,
+        (0..10_000).map(|i| msg(0, 1, i)),
+        Duration::from_secs(4),
+    );
     at_a.join().unwrap();
     for s in senders {
         s.join().unwrap();
@@ -138,7 +161,9 @@ fn queued_messages_wait_for_a_late_peer() {
     for i in 0..100 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
-    wait_until("model 1 is seen down", opts().connect_timeout, || !a.is_up(1));
+    wait_until("model 1 is seen down", opts().connect_timeout, || {
+        !a.is_up(1)
+    });
     assert_eq!(a.queued(1), 100);
 
     let (db, rb) = collector();
@@ -163,7 +188,9 @@ fn reconnects_to_a_restarted_peer() {
 
     drop(b);
     // The idle connection is probed: the restart is noticed without sending.
-    wait_until("model 1 is seen down", Duration::from_secs(1), || !a.is_up(1));
+    wait_until("model 1 is seen down", Duration::from_secs(1), || {
+        !a.is_up(1)
+    });
 
     let (db, rb) = collector();
     let b = TcpTransport::start(1, addrs, db, opts()).unwrap();
@@ -210,7 +237,10 @@ fn a_slow_peer_never_blocks_send() {
     }
     thread::sleep(Duration::from_millis(300));
     let stuck = a.queued(1);
-    assert!(stuck > 0, "the writer should be blocked on the unread socket");
+    assert!(
+        stuck > 0,
+        "the writer should be blocked on the unread socket"
+    );
 
     let start = Instant::now();
     for i in 200..1200 {
@@ -248,7 +278,11 @@ fn drop_with_a_dead_peer_is_prompt() {
     });
     let start = Instant::now();
     drop(a);
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
@@ -266,7 +300,11 @@ fn drop_while_a_peer_never_answers_the_handshake_is_prompt() {
     thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
     drop(a);
-    assert!(start.elapsed() < Duration::from_secs(2), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
@@ -391,7 +429,9 @@ fn a_wrong_model_at_an_address_is_down() {
     let (db, rb) = collector();
     let _b = TcpTransport::start(1, vec![a_addr, b_addr, free_addr()], db, opts()).unwrap();
     a.send(2, msg(0, 2, 1)).unwrap();
-    wait_until("model 2 is seen down", Duration::from_secs(1), || !a.is_up(2));
+    wait_until("model 2 is seen down", Duration::from_secs(1), || {
+        !a.is_up(2)
+    });
     assert_eq!(a.queued(2), 1);
     assert!(rb.recv_timeout(Duration::from_millis(100)).is_err());
 }
@@ -405,7 +445,10 @@ fn release_follows_the_hand_overs_before_it() {
         let m = msg(0, 1, rid * 3); // a Req
         a.send(1, m.clone()).unwrap();
         sent.push(m);
-        let release = PeerMsg::Release { rid: rid * 3, from: 0 };
+        let release = PeerMsg::Release {
+            rid: rid * 3,
+            from: 0,
+        };
         a.send(1, release.clone()).unwrap();
         sent.push(release);
     }
@@ -425,7 +468,11 @@ fn shutdown_joins_every_thread_promptly() {
     for t in [a, b] {
         let start = Instant::now();
         drop(t);
-        assert!(start.elapsed() < Duration::from_millis(500), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            start.elapsed()
+        );
     }
     // The listener is closed: its address can be taken again.
     TcpListener::bind(b_addr).unwrap();
