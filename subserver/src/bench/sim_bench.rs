@@ -20,7 +20,7 @@ use crate::runner::sim::SimRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
-use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
+use crate::scheduler::group::{Group, GroupSettings, GroupTransport, MemberSpec};
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -202,6 +202,7 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         },
         fallback_on_peer_failure: false,
         peer_timeout: Duration::from_secs(60),
+        transport: GroupTransport::InProc,
     };
     let group = Arc::new(Group::start(members, settings));
     let stop = Arc::new(AtomicBool::new(false));

@@ -13,7 +13,8 @@ use crate::engine::EngineLimits;
 use crate::metrics::SubserverMetrics;
 use crate::peer::inproc::InProcSender;
 use crate::peer::message::{ModelIdx, Rid};
-use crate::peer::transport::PeerSender;
+use crate::peer::tcp::{TcpOptions, TcpTransport};
+use crate::peer::transport::{Deliver, PeerSender};
 use crate::runner::ModelRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
@@ -54,6 +55,25 @@ pub struct GroupSettings {
     pub fallback_on_peer_failure: bool,
     /// Pending-at-peer timeout.
     pub peer_timeout: Duration,
+    /// How the members reach each other.
+    pub transport: GroupTransport,
+}
+
+/// How the members of a group exchange hand-overs.
+#[derive(Debug, Clone, Default)]
+pub enum GroupTransport {
+    /// Straight into each other's inboxes, with shared group state (the
+    /// deadlock breaker, lockstep barrier and serial lock).
+    #[default]
+    InProc,
+    /// Over TCP sockets, exactly as separate processes would (no shared
+    /// state: delayed batching relies on `max_batch_wait`).
+    Tcp {
+        /// Listen address of each model, by index.
+        addresses: Vec<std::net::SocketAddr>,
+        /// Connection tuning.
+        options: TcpOptions,
+    },
 }
 
 impl Default for GroupSettings {
@@ -65,6 +85,7 @@ impl Default for GroupSettings {
             limits: EngineLimits::default(),
             fallback_on_peer_failure: false,
             peer_timeout: Duration::from_secs(30),
+            transport: GroupTransport::InProc,
         }
     }
 }
@@ -79,6 +100,8 @@ pub struct Group {
     next_rid: AtomicU64,
     shared: Arc<GroupShared>,
     alive: Arc<[AtomicBool]>,
+    /// TCP transports (kept alive with the group; closed after the threads).
+    tcp: Vec<Arc<TcpTransport>>,
 }
 
 impl Group {
@@ -98,8 +121,9 @@ impl Group {
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| inbox()).unzip();
         shared.set_inboxes(senders.clone());
         let alive: Arc<[AtomicBool]> = (0..n).map(|_| AtomicBool::new(true)).collect();
-        let transport: Arc<dyn PeerSender> =
+        let inproc: Arc<dyn PeerSender> =
             Arc::new(InProcSender::new(senders.clone(), alive.clone()));
+        let mut tcp = Vec::new();
         let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
         let mut threads = Vec::with_capacity(n);
         let mut stats = Vec::with_capacity(n);
@@ -120,14 +144,39 @@ impl Group {
                 fallback_on_peer_failure: settings.fallback_on_peer_failure,
                 peer_timeout: settings.peer_timeout,
             };
+            let (transport, group_state) = match &settings.transport {
+                GroupTransport::InProc => (inproc.clone(), Some(shared.clone())),
+                GroupTransport::Tcp { addresses, options } => {
+                    let inbox_tx = senders[i].clone();
+                    let deliver: Deliver = Arc::new(move |msg| {
+                        let _ = inbox_tx.send(Inbound::Peer(msg));
+                    });
+                    match TcpTransport::start(
+                        i as ModelIdx,
+                        addresses.clone(),
+                        deliver,
+                        options.clone(),
+                    ) {
+                        Ok(t) => {
+                            let t = Arc::new(t);
+                            tcp.push(t.clone());
+                            (t as Arc<dyn PeerSender>, None)
+                        }
+                        Err(e) => {
+                            tracing::error!(model = %member.name, error = %e, "TCP transport did not start");
+                            (inproc.clone(), None)
+                        }
+                    }
+                }
+            };
             let sched = Scheduler::new(
                 cfg,
                 member.runner,
                 member.policy,
                 member.tokenizer,
                 rx,
-                transport.clone(),
-                Some(shared.clone()),
+                transport,
+                group_state,
                 st,
             );
             let alive = alive.clone();
@@ -151,6 +200,7 @@ impl Group {
             next_rid: AtomicU64::new(1),
             shared,
             alive,
+            tcp,
         }
     }
 
@@ -235,7 +285,11 @@ impl Group {
 
     /// Active requests in the group.
     pub fn active(&self) -> usize {
-        self.shared.active()
+        if self.tcp.is_empty() {
+            self.shared.active()
+        } else {
+            self.stats(self.entry).active
+        }
     }
 }
 
@@ -247,6 +301,9 @@ impl Drop for Group {
         self.shared.barrier.abort();
         for h in self.threads.drain(..) {
             let _ = h.join();
+        }
+        for t in self.tcp.drain(..) {
+            t.shutdown();
         }
     }
 }

@@ -150,6 +150,10 @@ impl SchedulerStats {
                 *c += 1;
             }
         });
+        if let (Some(w), Some(f)) = (self.metrics_of(writer), self.metrics_of(from)) {
+            w.add_tokens(1);
+            f.shared().add_transition(f.model(), w.model());
+        }
     }
 
     pub(crate) fn record_guest_tokens(&self, n: usize) {

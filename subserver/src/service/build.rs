@@ -5,11 +5,12 @@ use std::time::Duration;
 
 use crate::config::{Backend, EngineConfig, KvBudget, TransportConfig};
 use crate::engine::EngineLimits;
+use crate::peer::tcp::{resolve_addresses, TcpOptions};
 use crate::policy::{self, Placement};
 use crate::runner::sim::SimRunner;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::ModelRunner;
-use crate::scheduler::group::{GroupSettings, MemberSpec};
+use crate::scheduler::group::{GroupSettings, GroupTransport, MemberSpec};
 use crate::service::ServiceError;
 use crate::tokenizer::TextTokenizer;
 
@@ -19,11 +20,6 @@ const SIM_DEFAULT_KV_TOKENS: usize = 262_144;
 
 /// Loads every model of `cfg` (in config order) with its policy.
 pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
-    if let TransportConfig::Tcp(_) = cfg.transport() {
-        return Err(ServiceError::Unsupported(
-            "transport tcp runs one subserver process per model; an in-process group needs transport inproc".into(),
-        ));
-    }
     if let Some(t) = cfg.system().threads {
         crate::device::set_cpu_threads(t as i32);
     }
@@ -107,12 +103,20 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
 }
 
 /// Group-wide settings from `cfg`.
-pub fn settings(cfg: &EngineConfig) -> GroupSettings {
-    let peer_timeout = match cfg.transport() {
-        TransportConfig::Tcp(t) => Duration::from_millis(t.peer_timeout_ms),
-        TransportConfig::InProc => Duration::from_secs(60),
+pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
+    let (peer_timeout, transport) = match cfg.transport() {
+        TransportConfig::Tcp(t) => {
+            let addresses = resolve_addresses(&t.addresses)
+                .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
+            let options = TcpOptions::from_config(t);
+            (
+                Duration::from_millis(t.peer_timeout_ms),
+                GroupTransport::Tcp { addresses, options },
+            )
+        }
+        TransportConfig::InProc => (Duration::from_secs(60), GroupTransport::InProc),
     };
-    GroupSettings {
+    Ok(GroupSettings {
         entry: cfg.entry_index() as u16,
         mode: cfg.execution_mode(),
         max_batch_wait: cfg.max_batch_wait(),
@@ -122,5 +126,6 @@ pub fn settings(cfg: &EngineConfig) -> GroupSettings {
         },
         fallback_on_peer_failure: cfg.fallback_on_peer_failure(),
         peer_timeout,
-    }
+        transport,
+    })
 }

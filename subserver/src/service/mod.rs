@@ -71,7 +71,7 @@ impl Service {
         let members = build::members(cfg)?;
         let group = Arc::new(Group::start_with_metrics(
             members,
-            build::settings(cfg),
+            build::settings(cfg)?,
             Some(&metrics),
         ));
         let http = match admin {
@@ -111,3 +111,6 @@ impl Drop for Service {
         self.group.shutdown_requests();
     }
 }
+
+#[cfg(test)]
+mod tests;

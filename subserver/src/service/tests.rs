@@ -1,0 +1,168 @@
+//! A group from YAML, end to end: sim backend, in-process and TCP
+//! transports, Prometheus text and the admin API over HTTP.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::config::EngineConfig;
+use crate::sampling::SamplingParams;
+use crate::scheduler::client::StreamEvent;
+use crate::service::Service;
+
+fn yaml(transport: &str) -> String {
+    format!(
+        r#"
+model:
+  quick: {{sim: {{latency_ms: {{base: 1.0, per_seq: 0.0, per_token: 0.0}}, vocab_size: 5000}}}}
+  reference: {{sim: {{latency_ms: {{base: 3.0, per_seq: 0.0, per_token: 0.0}}, vocab_size: 5000}}}}
+system: {{entry_model: quick, kv_cache_tokens: 65536}}
+scheduler_class: Random
+scheduler_kwargs: {{probability: 0.4, seed: 1}}
+delayed_batching_threshold: {{quick: [1], reference: [1, 2]}}
+backend: sim
+max_batch_wait_ms: 10
+{transport}
+"#
+    )
+}
+
+fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = out.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    (status, body)
+}
+
+fn run_requests(svc: &Service, n: usize, max_tokens: usize) -> usize {
+    let rxs: Vec<_> = (0..n)
+        .map(|i| {
+            svc.group()
+                .submit(vec![1 + i as u32, 2, 3], SamplingParams::greedy(max_tokens))
+                .1
+        })
+        .collect();
+    let mut large = 0;
+    for mut rx in rxs {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            assert!(Instant::now() < deadline, "request did not finish");
+            match rx.try_recv() {
+                Ok(StreamEvent::Finished { usage, .. }) => {
+                    assert_eq!(usage.completion_tokens, max_tokens);
+                    assert_eq!(usage.tokens_by_model.iter().sum::<usize>(), max_tokens);
+                    large += usage.tokens_by_model[1];
+                    break;
+                }
+                Ok(StreamEvent::Failed(e)) => panic!("request failed: {e}"),
+                Ok(_) => {}
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        }
+    }
+    large
+}
+
+#[test]
+fn in_process_group_from_yaml_serves_metrics_and_admin() {
+    let cfg = EngineConfig::from_yaml_str(&yaml(""), Path::new(".")).unwrap();
+    let svc = Service::start(&cfg, Some("127.0.0.1:0".parse().unwrap())).unwrap();
+    assert!(run_requests(&svc, 8, 30) > 0);
+    let addr = svc.admin_addr().unwrap();
+
+    let (code, text) = http(addr, "GET", "/metrics", "");
+    assert_eq!(code, 200);
+    for name in [
+        "tokenrouter:step_latency_seconds_bucket",
+        "tokenrouter:route_transitions_total{from=\"quick\",to=\"reference\"}",
+        "tokenrouter:tokens_committed_total{model=\"reference\"}",
+        "tokenrouter:num_requests_pending",
+        "tokenrouter:kv_cache_usage_perc",
+        "tokenrouter:delayed_batching_threshold",
+        "tokenrouter:active_concurrency",
+    ] {
+        assert!(text.contains(name), "missing {name} in /metrics:\n{text}");
+    }
+    let committed: f64 = text
+        .lines()
+        .filter(|l| l.starts_with("tokenrouter:tokens_committed_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(committed, 240.0, "tokens committed by all models = 8 x 30");
+
+    assert_eq!(http(addr, "GET", "/health", "").0, 200);
+    let (code, body) = http(
+        addr,
+        "PUT",
+        "/admin/thresholds",
+        r#"{"delayed_batching_threshold":{"reference":[1,3,3]}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    std::thread::sleep(Duration::from_millis(100));
+    let (_, body) = http(addr, "GET", "/admin/thresholds", "");
+    assert!(body.contains("[1,3,3]"), "{body}");
+    let (code, body) = http(
+        addr,
+        "PUT",
+        "/admin/thresholds",
+        r#"{"delayed_batching_threshold":{"nope":[1]}}"#,
+    );
+    assert_eq!(code, 400, "{body}");
+    run_requests(&svc, 4, 10); // still serving after the table changed
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn tcp_group_routes_and_cancels_like_the_in_process_one() {
+    let (a, b) = (free_port(), free_port());
+    let transport = format!("transport: {{kind: tcp, addresses: {{quick: \"127.0.0.1:{a}\", reference: \"127.0.0.1:{b}\"}}}}");
+    let cfg = EngineConfig::from_yaml_str(&yaml(&transport), Path::new(".")).unwrap();
+    let svc = Service::start(&cfg, None).unwrap();
+    assert!(
+        run_requests(&svc, 6, 25) > 0,
+        "the large model never wrote over TCP"
+    );
+
+    let (rid, mut rx) = svc
+        .group()
+        .submit(vec![7, 7, 7], SamplingParams::greedy(5000));
+    std::thread::sleep(Duration::from_millis(100));
+    svc.group().cancel(rid);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(Instant::now() < deadline, "cancel did not end the request");
+        match rx.try_recv() {
+            Ok(StreamEvent::Failed(_)) => break,
+            Ok(StreamEvent::Finished { .. }) => panic!("finished instead of cancelled"),
+            _ => std::thread::sleep(Duration::from_millis(2)),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (0..2).any(|m| svc.group().stats(m).kv_requests > 0) {
+        assert!(
+            Instant::now() < deadline,
+            "KV not freed on every model after cancel over TCP"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
