@@ -85,7 +85,7 @@ fn real_smollm2_imports_as_bf16() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("bf16");
     let opts = ImportOptions {
-        dtype: StorageDtype::BF16,
+        dtype: StorageDtype::Bf16,
         ..ImportOptions::default()
     };
     let summary = import_gguf(&asset(SMOLLM2), &out, &opts).unwrap();
@@ -96,7 +96,7 @@ fn real_smollm2_imports_as_bf16() {
         .unwrap();
     assert_eq!(
         (t.dtype, t.shape),
-        (StorageDtype::BF16, &[576usize, 576][..])
+        (StorageDtype::Bf16, &[576usize, 576][..])
     );
     assert_eq!(t.bytes.len(), 576 * 576 * 2);
 }

@@ -109,7 +109,7 @@ fn dtype_and_layer_overrides_keep_per_tensor_streams() {
     let tmp = tempfile::tempdir().unwrap();
     let (f32_dir, bf16_dir) = (tmp.path().join("f32"), tmp.path().join("bf16"));
     tiny(&f32_dir, 3, StorageDtype::F32, None);
-    let cfg = tiny(&bf16_dir, 3, StorageDtype::BF16, Some(3));
+    let cfg = tiny(&bf16_dir, 3, StorageDtype::Bf16, Some(3));
     let written = ModelConfig::from_file(&bf16_dir.join("config.json")).unwrap();
     assert_eq!(
         (written.num_hidden_layers, written.torch_dtype.as_deref()),
@@ -123,7 +123,7 @@ fn dtype_and_layer_overrides_keep_per_tensor_streams() {
     // A tensor's values depend on the seed and its name only: the bf16 file
     // holds the f32 file's values, rounded.
     let name = "model.layers.1.self_attn.k_proj.weight";
-    assert_eq!(half.tensor(name).unwrap().dtype, StorageDtype::BF16);
+    assert_eq!(half.tensor(name).unwrap().dtype, StorageDtype::Bf16);
     let rounded: Vec<f32> = full
         .to_f32(name)
         .unwrap()

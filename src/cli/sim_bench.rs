@@ -19,6 +19,9 @@ pub struct SimBenchArgs {
     /// Extra step time per request in the batch, per model (ms).
     #[arg(long, value_delimiter = ',', default_value = "0,0")]
     per_seq_ms: Vec<f64>,
+    /// Extra step time per new token, per model (ms): the cost of computing KV.
+    #[arg(long, value_delimiter = ',', default_value = "0,0")]
+    per_token_ms: Vec<f64>,
     /// Probability a small-model token goes to the large model.
     #[arg(long, default_value_t = 0.35)]
     route_probability: f64,
@@ -53,6 +56,7 @@ pub fn run(args: SimBenchArgs) -> Result<()> {
         concurrency: args.concurrency,
         latencies_ms: args.latencies_ms,
         per_seq_ms: args.per_seq_ms,
+        per_token_ms: args.per_token_ms,
         route_probability: args.route_probability,
         thresholds: args.thresholds,
         duration_s: args.duration_s,

@@ -129,7 +129,7 @@ impl Checkpoint {
                 .chunks_exact(4)
                 .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                 .collect(),
-            StorageDtype::BF16 => t
+            StorageDtype::Bf16 => t
                 .bytes
                 .chunks_exact(2)
                 .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())

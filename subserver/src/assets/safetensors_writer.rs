@@ -328,7 +328,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let plan = vec![
             entry("a", &[2, 3], StorageDtype::F32),
-            entry("b", &[3], StorageDtype::BF16),
+            entry("b", &[3], StorageDtype::Bf16),
             entry("c", &[1], StorageDtype::F16),
         ];
         let mut w = CheckpointWriter::create(dir.path(), plan, DEFAULT_MAX_SHARD_BYTES).unwrap();

@@ -65,6 +65,9 @@ pub struct SimBenchOptions {
     pub latencies_ms: Vec<f64>,
     /// Extra step time per request in the batch (ms), per model.
     pub per_seq_ms: Vec<f64>,
+    /// Extra step time per new token in the batch (ms), per model: the cost
+    /// of (re)computing KV, which Std. Serving pays again on every call.
+    pub per_token_ms: Vec<f64>,
     /// Probability a small-model token is rewritten by the large model.
     pub route_probability: f64,
     /// Delayed-batching B per model (used at every concurrency).
@@ -136,7 +139,7 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
     let latency = LatencyModel::linear(
         o.latencies_ms[m],
         o.per_seq_ms.get(m).copied().unwrap_or(0.0),
-        0.0,
+        o.per_token_ms.get(m).copied().unwrap_or(0.0),
     )
     .map_err(|e| EngineError::InvalidRequest(format!("--latencies-ms: {e}")))?;
     let kv_tokens = o.concurrency * (o.prompt_tokens + LONG_ANSWER + 64) + 4096;

@@ -241,13 +241,13 @@ mod tests {
         let (dir, gguf, expected) = write_fixture(true);
         let out = dir.path().join("hf");
         let opts = ImportOptions {
-            dtype: StorageDtype::BF16,
+            dtype: StorageDtype::Bf16,
             ..ImportOptions::default()
         };
         import_gguf(&gguf, &out, &opts).unwrap();
         let ckpt = Checkpoint::open(&out).unwrap();
         let (name, _, values) = &expected[1];
-        assert_eq!(ckpt.tensor(name).unwrap().dtype, StorageDtype::BF16);
+        assert_eq!(ckpt.tensor(name).unwrap().dtype, StorageDtype::Bf16);
         // Fixture values are multiples of 1/8 below 16: exact in bf16.
         assert_eq!(&ckpt.to_f32(name).unwrap(), values);
     }

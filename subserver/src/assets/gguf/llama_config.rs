@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn builds_llama_config_from_metadata() {
-        let cfg = llama_config(&parse(&llama_meta()), true, StorageDtype::BF16).unwrap();
+        let cfg = llama_config(&parse(&llama_meta()), true, StorageDtype::Bf16).unwrap();
         assert_eq!(cfg.architectures, ["LlamaForCausalLM"]);
         assert_eq!(
             (

@@ -58,7 +58,7 @@ impl Preset {
     pub fn default_dtype(self) -> StorageDtype {
         match self {
             Self::Tiny => StorageDtype::F32,
-            _ => StorageDtype::BF16,
+            _ => StorageDtype::Bf16,
         }
     }
 
@@ -139,7 +139,7 @@ mod tests {
         }
         // Parameter counts of the released checkpoints (embedding counted once when tied).
         let params = |p: Preset| {
-            tensor_specs(&p.config(StorageDtype::BF16))
+            tensor_specs(&p.config(StorageDtype::Bf16))
                 .iter()
                 .map(|s| s.numel())
                 .sum::<usize>()
