@@ -78,3 +78,35 @@ fn bad_arguments_are_precise_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/model"));
 }
+
+#[test]
+fn gen_random_no_save_builds_a_model_in_memory_and_times_it() {
+    let out = Command::new(common::binary())
+        .args([
+            "gen-random",
+            "--preset",
+            "tiny",
+            "--no-save",
+            "--device",
+            "cpu",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("decode") && stdout.contains("tok/s"),
+        "{stdout}"
+    );
+    let out = Command::new(common::binary())
+        .args(["gen-random", "--preset", "tiny", "--device", "cuda"])
+        .arg(std::env::temp_dir().join("tr-never-written"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-save"));
+}

@@ -38,8 +38,9 @@ pub struct GenRandomArgs {
     /// Model shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-32b or tiny.
     #[arg(long)]
     pub preset: Preset,
-    /// Output directory (created; must be empty if it exists).
-    pub out: PathBuf,
+    /// Output directory (created; must be empty if it exists). Not with --no-save.
+    #[arg(required_unless_present = "no_save")]
+    pub out: Option<PathBuf>,
     /// Override the preset's number of decoder layers.
     #[arg(long)]
     pub layers: Option<usize>,
@@ -54,6 +55,13 @@ pub struct GenRandomArgs {
     /// `.cache/assets/qwen3-tokenizer` above the working directory).
     #[arg(long)]
     pub tokenizer_dir: Option<PathBuf>,
+    /// Make the weights directly on this device (cpu, cuda, cuda:N); needs --no-save.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Write nothing: build the model in device memory and time a short batched
+    /// generation (benchmarks of shapes too big to write, such as qwen3-32b).
+    #[arg(long)]
+    pub no_save: bool,
 }
 
 /// Runs `import-gguf`.
@@ -95,6 +103,29 @@ pub fn run_gen_random(a: GenRandomArgs) -> anyhow::Result<()> {
         anyhow::ensure!(layers > 0, "--layers must be at least 1");
         cfg.num_hidden_layers = layers;
     }
+    if a.no_save {
+        let device = a.device.parse::<subserver::config::DeviceSpec>()?;
+        let r = subserver::bench::random_model::build_and_time(&cfg, a.seed, dtype, device)?;
+        println!(
+            "{} {} layers, {:.2}B parameters ({dtype}) built on {device} in {:.1}s; \
+             prefill {:.0} tok/s (8 x 128 tokens); decode {:.1} tok/s (batch 8)",
+            a.preset,
+            r.layers,
+            r.parameters as f64 / 1e9,
+            r.build_s,
+            r.prefill_tok_s,
+            r.decode_tok_s
+        );
+        return Ok(());
+    }
+    anyhow::ensure!(
+        a.device == "cpu",
+        "--device {} needs --no-save (checkpoints are written from host memory)",
+        a.device
+    );
+    let out = a
+        .out
+        .context("an output directory is required without --no-save")?;
     let tokenizer_dir = match a.tokenizer_dir {
         Some(dir) => dir,
         None => default_tokenizer_dir()?,
@@ -106,13 +137,13 @@ pub fn run_gen_random(a: GenRandomArgs) -> anyhow::Result<()> {
         generation_eos: a.preset.generation_eos(),
         max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
     };
-    gen_random(&cfg, &a.out, &opts).with_context(|| format!("writing {}", a.out.display()))?;
+    gen_random(&cfg, &out, &opts).with_context(|| format!("writing {}", out.display()))?;
     println!(
         "wrote random {} ({} layers, {dtype}, seed {}) to {}",
         a.preset,
         cfg.num_hidden_layers,
         a.seed,
-        a.out.display()
+        out.display()
     );
     Ok(())
 }

@@ -2,4 +2,5 @@
 //! (`tokenrouter sim-bench`) and the Std. Serving forwarder it compares against.
 
 pub mod forwarder;
+pub mod random_model;
 pub mod sim_bench;
