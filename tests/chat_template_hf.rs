@@ -7,6 +7,8 @@
 //! from `$TOKENROUTER_TEMPLATE_DIRS` (colon-separated), else the real Qwen3
 //! tokenizer and the SmolLM2 directory imported from its GGUF.
 
+mod common;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,20 +19,7 @@ use subserver::tokenizer::{ChatMessage, ChatTemplate, TokenizerError};
 const MAKE_TEST: &str = "run `make test` (it fetches the test assets)";
 
 fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TOKENROUTER_CACHE") {
-        return PathBuf::from(dir);
-    }
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .ancestors()
-        .map(|d| d.join(".cache"))
-        .find(|d| d.is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "no .cache/ above {} and TOKENROUTER_CACHE unset: {MAKE_TEST}",
-                manifest.display()
-            )
-        })
+    common::cache_dir()
 }
 
 fn python() -> PathBuf {

@@ -67,6 +67,24 @@ pub struct CheckpointWriter {
 
 impl CheckpointWriter {
     /// Plans the shards; files are created as their first tensor begins.
+    /// A writer for every tensor of `specs`, stored as `dtype`.
+    pub fn for_specs(
+        dir: &Path,
+        specs: &[crate::assets::TensorSpec],
+        dtype: StorageDtype,
+        max_shard_bytes: u64,
+    ) -> Result<Self, AssetError> {
+        let plan = specs
+            .iter()
+            .map(|s| TensorEntry {
+                name: s.name.clone(),
+                shape: s.shape.clone(),
+                dtype,
+            })
+            .collect();
+        Self::create(dir, plan, max_shard_bytes)
+    }
+
     pub fn create(
         dir: &Path,
         plan: Vec<TensorEntry>,

@@ -15,7 +15,7 @@ use super::value::MetadataValue;
 use crate::assets::dtype::StorageDtype;
 use crate::assets::hf_files::{load_tokenizer, prepare_output_dir, write_json};
 use crate::assets::progress::bytes_bar;
-use crate::assets::safetensors_writer::{CheckpointWriter, TensorEntry, DEFAULT_MAX_SHARD_BYTES};
+use crate::assets::safetensors_writer::{CheckpointWriter, DEFAULT_MAX_SHARD_BYTES};
 use crate::assets::tensor_spec::tensor_specs;
 use crate::assets::AssetError;
 use crate::model::config::ModelConfig;
@@ -118,15 +118,8 @@ pub fn import_gguf(
     }
 
     prepare_output_dir(out_dir)?;
-    let plan = specs
-        .iter()
-        .map(|s| TensorEntry {
-            name: s.name.clone(),
-            shape: s.shape.clone(),
-            dtype: opts.dtype,
-        })
-        .collect();
-    let mut writer = CheckpointWriter::create(out_dir, plan, opts.max_shard_bytes)?;
+    let mut writer =
+        CheckpointWriter::for_specs(out_dir, &specs, opts.dtype, opts.max_shard_bytes)?;
     let bar = bytes_bar(writer.total_bytes(), "import-gguf");
     for spec in &specs {
         let src = &sources[&spec.name];

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use crate::assets::dtype::StorageDtype;
 use crate::assets::hf_files::{generation_config, prepare_output_dir, write_json};
 use crate::assets::progress::bytes_bar;
-use crate::assets::safetensors_writer::{CheckpointWriter, TensorEntry, DEFAULT_MAX_SHARD_BYTES};
+use crate::assets::safetensors_writer::{CheckpointWriter, DEFAULT_MAX_SHARD_BYTES};
 use crate::assets::tensor_spec::{tensor_rng, tensor_specs};
 use crate::assets::AssetError;
 use crate::model::config::{ModelConfig, TokenIds};
@@ -69,15 +69,7 @@ pub fn gen_random(
     cfg.torch_dtype = Some(opts.dtype.torch_name().to_string());
     let specs = tensor_specs(&cfg);
     prepare_output_dir(out)?;
-    let plan = specs
-        .iter()
-        .map(|s| TensorEntry {
-            name: s.name.clone(),
-            shape: s.shape.clone(),
-            dtype: opts.dtype,
-        })
-        .collect();
-    let mut writer = CheckpointWriter::create(out, plan, opts.max_shard_bytes)?;
+    let mut writer = CheckpointWriter::for_specs(out, &specs, opts.dtype, opts.max_shard_bytes)?;
     let bar = bytes_bar(writer.total_bytes(), "gen-random");
     let mut buf = vec![0f32; CHUNK];
     for spec in &specs {
