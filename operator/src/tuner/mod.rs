@@ -1,2 +1,14 @@
-//! Delayed-batching tuner (placeholder until the tuner lands).
+//! Delayed-batching tuner.
 pub mod cli;
+mod chain;
+pub mod error;
+pub mod inputs;
+pub mod predict;
+pub mod slot_chain;
+mod state;
+mod stationary;
+
+pub use error::TunerError;
+pub use inputs::{StepLatency, TunerInputs};
+pub use slot_chain::{predict_slotwise, SlotwiseResult};
+pub use predict::{predict, predict_with, ModelPrediction, Prediction, SolveOptions};
