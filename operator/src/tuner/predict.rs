@@ -184,3 +184,149 @@ fn summarize(
         transitions: chain.target.len(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tuner::inputs::tests::r2r;
+    use crate::tuner::inputs::StepLatency;
+
+    /// N = 1: the request alternates between models as the Markov chain P, so the throughput is
+    /// expected tokens per step over expected time per step under P's stationary law nu.
+    fn closed_form_single_request(latency_ms: &[f64], p: &[Vec<f64>], c: &[Vec<f64>]) -> f64 {
+        // nu = nu P by plain power iteration (small dense matrix, aperiodic enough with laziness).
+        let m = latency_ms.len();
+        let mut nu = vec![1.0 / m as f64; m];
+        for _ in 0..100_000 {
+            let mut next = vec![0.0; m];
+            for i in 0..m {
+                for j in 0..m {
+                    next[j] += nu[i] * (0.5 * p[i][j] + if i == j { 0.5 } else { 0.0 });
+                }
+            }
+            nu = next;
+        }
+        let tokens: f64 = (0..m)
+            .map(|i| nu[i] * (0..m).map(|j| p[i][j] * c[i][j]).sum::<f64>())
+            .sum();
+        let time_ms: f64 = (0..m).map(|i| nu[i] * latency_ms[i]).sum();
+        1000.0 * tokens / time_ms
+    }
+
+    #[test]
+    fn single_request_matches_closed_form() {
+        let p = predict(&r2r(1), &[1, 1]).unwrap();
+        // Two models in closed form: nu_0 = P10 / (P01 + P10).
+        let nu0 = 1.0 / 1.35;
+        let expected = 1000.0 * (nu0 * 0.65 + (1.0 - nu0)) / (nu0 * 6.0 + (1.0 - nu0) * 27.9);
+        assert!((p.throughput_tok_s - expected).abs() < 1e-9 * expected, "{} vs {expected}", p.throughput_tok_s);
+
+        let latency = [6.0, 12.0, 27.9];
+        let transition = vec![vec![0.5, 0.3, 0.2], vec![0.1, 0.6, 0.3], vec![0.7, 0.2, 0.1]];
+        let credit = vec![vec![1.0, 0.0, 0.5], vec![1.0, 1.0, 0.0], vec![1.0, 1.0, 1.0]];
+        let inputs = TunerInputs::new(
+            latency.iter().map(|&l| StepLatency::Constant(l)).collect(),
+            transition.clone(),
+            credit.clone(),
+            0.1,
+            1,
+        )
+        .unwrap();
+        let p = predict(&inputs, &[1, 1, 1]).unwrap();
+        let expected = closed_form_single_request(&latency, &transition, &credit);
+        assert!((p.throughput_tok_s - expected).abs() < 1e-9 * expected, "{} vs {expected}", p.throughput_tok_s);
+    }
+
+    #[test]
+    fn deadlocking_vectors_are_infeasible() {
+        // N = 4, B = [3, 3]: a split of 2 and 2 requests can start neither model.
+        match predict(&r2r(4), &[3, 3]) {
+            Err(TunerError::Infeasible { thresholds, witness, .. }) => {
+                assert_eq!(thresholds, vec![3, 3]);
+                assert!(witness.contains("waiting 2, idle"), "{witness}");
+            }
+            other => panic!("expected a deadlock, got {other:?}"),
+        }
+        // Vectors whose threshold sum minus one reaches N may deadlock; all-ones never does.
+        for n in 1..=6 {
+            let inputs = r2r(n);
+            assert!(predict(&inputs, &[1, 1]).is_ok());
+            for b0 in 1..=n {
+                for b1 in 1..=n {
+                    let result = predict(&inputs, &[b0, b1]);
+                    if b0 + b1 - 2 < n {
+                        // Every split of N has a model at or above its threshold.
+                        assert!(result.is_ok(), "N={n} B=[{b0},{b1}]: {result:?}");
+                    }
+                    if let Ok(p) = result {
+                        assert!(p.throughput_tok_s.is_finite() && p.throughput_tok_s > 0.0);
+                    }
+                }
+            }
+        }
+        // A deadlock needs a reachable split: with P = [[1,0],[1,0]] nothing reaches model 1.
+        let never_routes = TunerInputs::new(
+            vec![StepLatency::Constant(6.0), StepLatency::Constant(27.9)],
+            vec![vec![1.0, 0.0], vec![1.0, 0.0]],
+            vec![vec![1.0, 0.0], vec![1.0, 0.0]],
+            0.1,
+            4,
+        )
+        .unwrap();
+        assert!(predict(&never_routes, &[1, 4]).is_ok());
+        assert!(predict(&never_routes, &[4, 4]).is_ok());
+    }
+
+    #[test]
+    fn results_do_not_depend_on_delta_when_it_divides_latencies() {
+        for n in [2, 4, 6] {
+            let base = r2r(n);
+            let at = |delta: f64| {
+                TunerInputs::new(
+                    base.latency().to_vec(),
+                    base.transition().to_vec(),
+                    base.credit().to_vec(),
+                    delta,
+                    n,
+                )
+                .unwrap()
+            };
+            let (coarse, fine, finer) = (at(0.3), at(0.1), at(0.05));
+            for b0 in 1..=n {
+                for b1 in 1..=n {
+                    let results: Vec<_> = [&coarse, &fine, &finer].iter().map(|i| predict(i, &[b0, b1])).collect();
+                    match (&results[0], &results[1], &results[2]) {
+                        (Ok(a), Ok(b), Ok(c)) => {
+                            for other in [b, c] {
+                                let rel = (a.throughput_tok_s - other.throughput_tok_s).abs() / a.throughput_tok_s;
+                                assert!(rel < 1e-9, "N={n} B=[{b0},{b1}]: {} vs {}", a.throughput_tok_s, other.throughput_tok_s);
+                                assert_eq!(a.states, other.states);
+                            }
+                        }
+                        (Err(_), Err(_), Err(_)) => {}
+                        other => panic!("N={n} B=[{b0},{b1}]: feasibility depends on delta: {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn per_model_rates_are_consistent() {
+        let p = predict(&r2r(4), &[1, 3]).unwrap();
+        let tokens: f64 = p.models.iter().map(|m| m.tokens_per_s).sum();
+        assert!((tokens - p.throughput_tok_s).abs() < 1e-9 * p.throughput_tok_s);
+        // The large model never starts below its threshold.
+        assert!(p.models[1].mean_batch >= 3.0 - 1e-12);
+        for m in &p.models {
+            assert!(m.busy_fraction > 0.0 && m.busy_fraction <= 1.0);
+            // Busy time is steps times step length.
+            let step_ms = if m.name == "model0" { 6.0 } else { 27.9 };
+            assert!((m.step_rate_per_s * step_ms / 1000.0 - m.busy_fraction).abs() < 1e-9);
+        }
+        // Little's law on requests: every request is waiting or in a step at every moment.
+        let in_steps: f64 = p.models.iter().map(|m| m.step_rate_per_s * m.mean_batch * if m.name == "model0" { 0.006 } else { 0.0279 }).sum();
+        let waiting: f64 = p.models.iter().map(|m| m.mean_waiting).sum();
+        assert!((in_steps + waiting - 4.0).abs() < 1e-9, "{in_steps} + {waiting}");
+    }
+}
