@@ -3,6 +3,7 @@ pub mod cli;
 mod chain;
 pub mod error;
 pub mod inputs;
+pub mod metrics;
 pub mod predict;
 pub mod search;
 pub mod simulate;
