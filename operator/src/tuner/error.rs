@@ -83,4 +83,12 @@ pub enum TunerError {
         /// The transport or status error.
         reason: String,
     },
+    /// Reading an argument file or writing the report failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being read or written.
+        what: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }

@@ -5,6 +5,7 @@ pub mod error;
 pub mod inputs;
 pub mod metrics;
 pub mod predict;
+pub mod report;
 pub mod search;
 pub mod simulate;
 pub mod slot_chain;
