@@ -2,7 +2,7 @@
 //! `delayed_batching_threshold` table the runtime reads.
 
 use super::predict::{ModelPrediction, Prediction};
-use super::search::{SearchStrategy, TuneResult};
+use super::search::{Scored, SearchStrategy, TuneResult};
 use super::simulate::SimulationReport;
 use serde::Serialize;
 use std::fmt::Write;
@@ -27,6 +27,10 @@ pub struct SearchSummary {
     pub infeasible: usize,
     /// Vectors skipped for exceeding the state limit.
     pub skipped: usize,
+    /// Reachable states summed over the evaluated feasible vectors (exact search).
+    pub states_total: usize,
+    /// Largest reachable state space among them.
+    pub states_max: usize,
     /// Wall time in seconds.
     pub elapsed_s: f64,
 }
@@ -101,21 +105,18 @@ impl ReportRow {
 
     /// Row of an exact search.
     pub fn from_exact_search(r: TuneResult<Prediction>, keep_all: bool) -> Self {
-        let mut row = ReportRow::from_prediction(r.best);
-        row.runner_up = r.runner_up.map(|p| Candidate {
-            thresholds: p.thresholds,
-            throughput_tok_s: p.throughput_tok_s,
-        });
-        row.search = Some(summary(r.strategy, r.evaluated, r.infeasible, r.skipped, r.elapsed_s));
+        let mut row = ReportRow::from_prediction(r.best.clone());
+        row.runner_up = r.runner_up.as_ref().map(|p| candidate(&p.thresholds, p.throughput_tok_s));
+        row.search = Some(summary(&r));
         row.all = keep_all.then(|| r.all.into_iter().map(|p| candidate(&p.thresholds, p.throughput_tok_s)).collect());
         row
     }
 
     /// Row of a search by simulation.
     pub fn from_simulated_search(r: TuneResult<SimulationReport>, keep_all: bool) -> Self {
-        let mut row = ReportRow::from_simulation(r.best);
-        row.runner_up = r.runner_up.map(|s| candidate(&s.thresholds, s.throughput_tok_s));
-        row.search = Some(summary(r.strategy, r.evaluated, r.infeasible, r.skipped, r.elapsed_s));
+        let mut row = ReportRow::from_simulation(r.best.clone());
+        row.runner_up = r.runner_up.as_ref().map(|s| candidate(&s.thresholds, s.throughput_tok_s));
+        row.search = Some(summary(&r));
         row.all = keep_all.then(|| r.all.into_iter().map(|s| candidate(&s.thresholds, s.throughput_tok_s)).collect());
         row
     }
@@ -128,13 +129,15 @@ fn candidate(thresholds: &[usize], throughput_tok_s: f64) -> Candidate {
     }
 }
 
-fn summary(strategy: SearchStrategy, evaluated: usize, infeasible: usize, skipped: usize, elapsed_s: f64) -> SearchSummary {
+fn summary<T: Scored>(r: &TuneResult<T>) -> SearchSummary {
     SearchSummary {
-        strategy,
-        evaluated,
-        infeasible,
-        skipped,
-        elapsed_s,
+        strategy: r.strategy,
+        evaluated: r.evaluated,
+        infeasible: r.infeasible,
+        skipped: r.skipped,
+        states_total: r.states_total,
+        states_max: r.states_max,
+        elapsed_s: r.elapsed_s,
     }
 }
 
@@ -189,8 +192,8 @@ pub fn render_text(rows: &[ReportRow], names: &[String]) -> String {
         let mut details = Vec::new();
         if let Some(s) = &row.search {
             details.push(format!(
-                "{:?} search: {} vectors, {} infeasible, {} over the state limit, {:.3} s",
-                s.strategy, s.evaluated, s.infeasible, s.skipped, s.elapsed_s
+                "{:?} search: {} vectors, {} infeasible, {} over the state limit, {} states in all (max {}), {:.3} s",
+                s.strategy, s.evaluated, s.infeasible, s.skipped, s.states_total, s.states_max, s.elapsed_s
             ));
         }
         if let Some(states) = row.states {

@@ -23,6 +23,10 @@ pub trait Scored: Clone + Send {
     fn throughput_tok_s(&self) -> f64;
     /// The evaluated threshold vector.
     fn thresholds(&self) -> &[usize];
+    /// Reachable states of the exact chain behind the evaluation (0 for a simulation).
+    fn states(&self) -> usize {
+        0
+    }
 }
 
 impl Scored for Prediction {
@@ -31,6 +35,9 @@ impl Scored for Prediction {
     }
     fn thresholds(&self) -> &[usize] {
         &self.thresholds
+    }
+    fn states(&self) -> usize {
+        self.states
     }
 }
 
@@ -102,6 +109,10 @@ pub struct TuneResult<T: Scored> {
     pub infeasible: usize,
     /// Evaluated vectors skipped because their state space exceeded the limit.
     pub skipped: usize,
+    /// Reachable states summed over the feasible evaluated vectors (exact chain only).
+    pub states_total: usize,
+    /// Largest reachable state space among the feasible evaluated vectors.
+    pub states_max: usize,
     /// Every feasible evaluation, best first (only with `keep_all`).
     pub all: Vec<T>,
     /// Wall time of the search in seconds.
@@ -212,6 +223,7 @@ where
         ),
     })?;
     let runner_up = runner_up.cloned();
+    let states: Vec<usize> = memo.seen.values().flatten().map(|t| t.states()).collect();
     let mut all: Vec<T> = Vec::new();
     if options.keep_all {
         all = memo.seen.values().flatten().cloned().collect();
@@ -225,6 +237,8 @@ where
         evaluated: memo.seen.len(),
         infeasible: memo.infeasible,
         skipped: memo.skipped,
+        states_total: states.iter().sum(),
+        states_max: states.iter().copied().max().unwrap_or(0),
         all,
         elapsed_s: started.elapsed().as_secs_f64(),
     })
