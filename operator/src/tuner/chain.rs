@@ -127,22 +127,18 @@ pub(crate) fn build_embedded_chain(
                 p *= q;
             }
             let next = start_steps(PackedState(base.0 + increment));
-            let id = match index.get(&next) {
-                Some(&id) => id,
-                None => {
-                    if chain.states.len() >= max_states {
-                        return Err(TunerError::StateSpaceTooLarge {
-                            thresholds: thresholds.to_vec(),
-                            concurrency: n,
-                            limit: max_states,
-                        });
-                    }
-                    let id = chain.states.len() as u32;
-                    chain.states.push(next);
-                    index.insert(next, id);
-                    id
+            let known = chain.states.len() as u32;
+            let id = *index.entry(next).or_insert(known);
+            if id == known {
+                if chain.states.len() >= max_states {
+                    return Err(TunerError::StateSpaceTooLarge {
+                        thresholds: thresholds.to_vec(),
+                        concurrency: n,
+                        limit: max_states,
+                    });
                 }
-            };
+                chain.states.push(next);
+            }
             row.push((id, p));
             // Advance the odometer over the ending steps' outcome lists.
             let mut k = 0;

@@ -149,7 +149,7 @@ pub fn run(args: TuneArgs) -> Result<(), TunerError> {
             }
             row
         };
-        tracing::info!(concurrency = n, thresholds = ?row.thresholds, throughput_tok_s = row.throughput_tok_s, "tuned");
+        tracing::debug!(concurrency = n, thresholds = ?row.thresholds, throughput_tok_s = row.throughput_tok_s, "tuned");
         hint = Some(row.thresholds.clone());
         rows.push(row);
     }

@@ -26,10 +26,11 @@
 //!
 //! The stationary distribution is computed on the closed classes (iterative Tarjan SCC; the
 //! classes are weighted by their absorption probability from the start state) by Gauss-Seidel
-//! sweeps, each preceded by two aggregation-disaggregation corrections: one lumps states with
-//! equal request counts (slow mode: how requests split over models), one lumps states with
-//! equal step phases (slow mode: how the models' steps line up). Convergence is declared on
-//! an L1 change below 1e-13 and checked by the residual `|pi P - pi|_1 <= 1e-9`.
+//! sweeps, each preceded by aggregation-disaggregation corrections: one lumps states with
+//! equal step phases (slow mode: how the models' steps line up) and, with two models, one
+//! lumps states with equal request counts (slow mode: how requests split over models).
+//! Convergence is declared on an L1 change below 1e-12 and checked by the residual
+//! `|pi P - pi|_1 <= 1e-9`.
 //!
 //! [`predict_slotwise`] is the literal slot-by-slot chain (power iteration on the lazy chain),
 //! used to validate the event-level solver on small cases; [`simulate`] is an independent

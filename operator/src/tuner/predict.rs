@@ -81,11 +81,14 @@ pub fn predict_with(
         target: &chain.target,
         prob: &chain.prob,
     };
-    // Slow modes of these chains: how requests split over models (two models, large N) and
-    // how the models' step phases line up (three models). One aggregation targets each.
-    let by_counts = chain.groups(COUNT_FIELDS);
+    // Slow modes of these chains (measured): how requests split over models, with two models,
+    // and how the models' step phases line up, with any number. With three or more models the
+    // count aggregation no longer shortens the iteration but costs a pass over every edge.
     let by_phases = chain.groups(PHASE_FIELDS);
-    let classes = recurrent_classes(csr, &[&by_counts, &by_phases], SolverLimits::default())?;
+    let by_counts = (inputs.models() <= 2).then(|| chain.groups(COUNT_FIELDS));
+    let mut groups: Vec<&[u32]> = vec![&by_phases];
+    groups.extend(by_counts.as_deref());
+    let classes = recurrent_classes(csr, &groups, SolverLimits::default())?;
     Ok(summarize(inputs, thresholds, &chain, &classes))
 }
 

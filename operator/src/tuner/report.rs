@@ -192,12 +192,12 @@ pub fn render_text(rows: &[ReportRow], names: &[String]) -> String {
         let mut details = Vec::new();
         if let Some(s) = &row.search {
             details.push(format!(
-                "{:?} search: {} vectors, {} infeasible, {} over the state limit, {} states in all (max {}), {:.3} s",
+                "{:?} search: {} vectors, {} infeasible, {} skipped (state limit or no convergence), {} states in all (max {}), {:.3} s",
                 s.strategy, s.evaluated, s.infeasible, s.skipped, s.states_total, s.states_max, s.elapsed_s
             ));
         }
         if let Some(states) = row.states {
-            details.push(format!("{states} states"));
+            details.push(format!("its chain: {states} states"));
         }
         if !details.is_empty() {
             let _ = writeln!(out, "       {}", details.join("; "));

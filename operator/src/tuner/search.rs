@@ -2,11 +2,13 @@
 //!
 //! Two strategies share one evaluator (exact chain or simulation):
 //! - exhaustive: every vector of `{1..N}^M`;
-//! - local: a pattern search on the integer grid. It starts from all-ones (always feasible)
-//!   and from a hint (B* of the previous concurrency), probes `±step` on each coordinate and
-//!   on each pair of coordinates in opposite directions, moves to the best improving probe,
-//!   and halves the step when none improves. Every probe is exact; only the set of probed
-//!   vectors is smaller than `N^M`, so the result is a local optimum of the grid.
+//! - local: a pattern search on the integer grid. It starts from a hint (B* of the previous
+//!   concurrency) or from the best point of a coarse grid (quarters of N), falling back to
+//!   all-ones (never deadlocks) when nothing there is feasible. It probes `±step` on each
+//!   coordinate, then, if none improves, each pair of coordinates in opposite directions;
+//!   moves to the best improving probe, and halves the step when nothing improves. Every
+//!   probe is exact; only the set of probed vectors is smaller than `N^M`, so the result is a
+//!   local optimum of the grid.
 
 use super::error::TunerError;
 use super::inputs::TunerInputs;
@@ -107,7 +109,7 @@ pub struct TuneResult<T: Scored> {
     pub evaluated: usize,
     /// Evaluated vectors that deadlock.
     pub infeasible: usize,
-    /// Evaluated vectors skipped because their state space exceeded the limit.
+    /// Evaluated vectors skipped: state space over the limit, or solver not converged.
     pub skipped: usize,
     /// Reachable states summed over the feasible evaluated vectors (exact chain only).
     pub states_total: usize,
@@ -218,7 +220,7 @@ where
     let best = best.cloned().ok_or_else(|| TunerError::InvalidInput {
         field: "thresholds".into(),
         reason: format!(
-            "no feasible vector at concurrency {n}: {} infeasible, {} over the state limit",
+            "no feasible vector at concurrency {n}: {} infeasible, {} skipped (state limit or no convergence)",
             memo.infeasible, memo.skipped
         ),
     })?;
@@ -336,7 +338,7 @@ where
                 memo.infeasible += 1;
                 None
             }
-            Err(e @ TunerError::StateSpaceTooLarge { .. }) => {
+            Err(e @ (TunerError::StateSpaceTooLarge { .. } | TunerError::NotConverged { .. })) => {
                 tracing::warn!("skipped: {e}");
                 memo.skipped += 1;
                 None
@@ -361,40 +363,61 @@ where
     T: Scored,
     F: Fn(&[usize]) -> Result<T, TunerError> + Sync,
 {
-    let mut starts = vec![vec![1usize; m]];
-    if let Some(h) = hint.filter(|h| h.len() == m) {
-        starts.push(h.iter().map(|&b| b.clamp(1, n)).collect());
+    // Start at the hint, which is close to the optimum. Without one, start at the best point
+    // of a coarse grid (quarters of N): small thresholds have the largest chains, so walking
+    // in from all-ones would be slow. All-ones (never deadlocks) is the last resort.
+    let hinted = hint.filter(|h| h.len() == m);
+    let mut step = (n / 16).max(1);
+    if let Some(h) = hinted {
+        let start: Vec<usize> = h.iter().map(|&b| b.clamp(1, n)).collect();
+        evaluate_batch(&[start], evaluate, threads, memo, bar)?;
+    } else if n >= 8 {
+        let mut levels: Vec<usize> = (1..=3).map(|k| (n * k / 4).max(1)).collect();
+        levels.dedup();
+        let coarse: Vec<Vec<usize>> = grid_vectors(levels.len(), m)
+            .into_iter()
+            .map(|v| v.iter().map(|&i| levels[i - 1]).collect())
+            .collect();
+        evaluate_batch(&coarse, evaluate, threads, memo, bar)?;
+        step = (n / 8).max(1);
     }
-    evaluate_batch(&starts, evaluate, threads, memo, bar)?;
+    if memo.best_two().0.is_none() {
+        evaluate_batch(&[vec![1usize; m]], evaluate, threads, memo, bar)?;
+    }
     let Some(mut current) = memo.best_two().0.map(|t| t.thresholds().to_vec()) else {
         return Ok(());
     };
-    // A hint is close to the optimum: probe near it first. Without one, probe coarsely.
-    let mut step = if hint.is_some() {
-        (n / 16).max(1)
-    } else {
-        (n / 4).max(1)
-    };
     loop {
-        let probes = neighbours(&current, step, n);
-        evaluate_batch(&probes, evaluate, threads, memo, bar)?;
-        let current_value = memo.seen.get(&current).and_then(|t| t.as_ref()).map(|t| t.throughput_tok_s());
-        let best_probe = probes
-            .iter()
-            .filter_map(|p| memo.seen.get(p).and_then(|t| t.as_ref()))
-            .max_by(|a, b| rank(*a, *b));
-        match (best_probe, current_value) {
-            (Some(probe), Some(value)) if probe.throughput_tok_s() > value => {
-                current = probe.thresholds().to_vec();
+        // Single-coordinate probes first; pair probes only when none of those improves.
+        let mut improved = false;
+        for pairs in [false, true] {
+            let probes = neighbours(&current, step, n, pairs);
+            evaluate_batch(&probes, evaluate, threads, memo, bar)?;
+            let current_value = memo.seen.get(&current).and_then(|t| t.as_ref()).map(|t| t.throughput_tok_s());
+            let best_probe = probes
+                .iter()
+                .filter_map(|p| memo.seen.get(p).and_then(|t| t.as_ref()))
+                .max_by(|a, b| rank(*a, *b));
+            if let (Some(probe), Some(value)) = (best_probe, current_value) {
+                if probe.throughput_tok_s() > value {
+                    current = probe.thresholds().to_vec();
+                    improved = true;
+                    break;
+                }
             }
-            _ if step > 1 => step /= 2,
-            _ => return Ok(()),
+        }
+        if !improved {
+            if step == 1 {
+                return Ok(());
+            }
+            step /= 2;
         }
     }
 }
 
-/// Probes at distance `step`: each coordinate up and down, each pair in opposite directions.
-fn neighbours(current: &[usize], step: usize, n: usize) -> Vec<Vec<usize>> {
+/// Probes at distance `step`: each coordinate up and down, or (`pairs`) each pair of
+/// coordinates in opposite directions.
+fn neighbours(current: &[usize], step: usize, n: usize, pairs: bool) -> Vec<Vec<usize>> {
     let m = current.len();
     let shift = |v: &mut Vec<usize>, k: usize, up: bool| {
         v[k] = if up { (v[k] + step).min(n) } else { v[k].saturating_sub(step).max(1) };
@@ -402,11 +425,13 @@ fn neighbours(current: &[usize], step: usize, n: usize) -> Vec<Vec<usize>> {
     let mut out = Vec::new();
     for k in 0..m {
         for up in [true, false] {
-            let mut v = current.to_vec();
-            shift(&mut v, k, up);
-            out.push(v);
+            if !pairs {
+                let mut v = current.to_vec();
+                shift(&mut v, k, up);
+                out.push(v);
+            }
         }
-        for l in k + 1..m {
+        for l in (k + 1..m).filter(|_| pairs) {
             for up in [true, false] {
                 let mut v = current.to_vec();
                 shift(&mut v, k, up);
@@ -478,16 +503,23 @@ mod tests {
             if n >= 8 {
                 assert!(found.evaluated * 4 < n * n, "N={n}: {} evaluations", found.evaluated);
             }
+            // Without a hint too (coarse-grid start).
+            let cold = best_with(&r2r(n), &local, None).unwrap();
+            assert_eq!(cold.best.thresholds, truth.best.thresholds, "N={n} cold");
         }
     }
 
     #[test]
     fn neighbours_stay_on_the_grid() {
-        let probes = neighbours(&[1, 4], 2, 4);
-        assert!(probes.iter().all(|v| v.iter().all(|&b| (1..=4).contains(&b))));
-        assert!(probes.contains(&vec![3, 4]));
-        assert!(probes.contains(&vec![1, 2]));
-        assert!(probes.contains(&vec![3, 2]));
-        assert!(!probes.contains(&vec![1, 4]));
+        let single = neighbours(&[1, 4], 2, 4, false);
+        let pairs = neighbours(&[1, 4], 2, 4, true);
+        for probes in [&single, &pairs] {
+            assert!(probes.iter().all(|v| v.iter().all(|&b| (1..=4).contains(&b))));
+            assert!(!probes.contains(&vec![1, 4]));
+        }
+        assert!(single.contains(&vec![3, 4]));
+        assert!(single.contains(&vec![1, 2]));
+        assert_eq!(pairs, vec![vec![3, 2]]);
+        assert_eq!(neighbours(&[2, 2, 2], 1, 4, true).len(), 6);
     }
 }

@@ -104,6 +104,10 @@ impl Hasher for StateHasher {
             self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
     }
+    fn write_u64(&mut self, value: u64) {
+        let mixed = value.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = mixed ^ (mixed >> 31);
+    }
     fn write_u128(&mut self, value: u128) {
         let folded = (value as u64) ^ ((value >> 64) as u64).rotate_left(29);
         let mixed = folded.wrapping_mul(0x9e37_79b9_7f4a_7c15);

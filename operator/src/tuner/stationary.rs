@@ -8,6 +8,8 @@
 //! at the end, by the residual `|pi P - pi|_1`.
 
 use super::error::TunerError;
+use super::state::StateHasher;
+use std::hash::BuildHasherDefault;
 
 /// A chain in compressed sparse row form: successors of `i` are `row_start[i]..row_start[i+1]`.
 #[derive(Debug, Clone, Copy)]
@@ -58,9 +60,9 @@ pub(crate) struct SolverLimits {
 impl Default for SolverLimits {
     fn default() -> Self {
         SolverLimits {
-            tolerance: 1e-13,
+            tolerance: 1e-12,
             max_residual: 1e-9,
-            max_sweeps: 200_000,
+            max_sweeps: 20_000,
         }
     }
 }
@@ -274,61 +276,89 @@ impl ClassSystem {
 }
 
 /// Iterative aggregation-disaggregation (Koury-McAllister-Stewart): states of one group share
-/// slow dynamics (here: the same request counts, different step phases), so a small chain over
+/// slow dynamics (e.g. the same request counts, different step phases), so a small chain over
 /// groups fixes the slow modes that Gauss-Seidel alone removes only over hundreds of sweeps.
 struct Aggregation {
+    /// Dense group of each member.
     group: Vec<u32>,
     groups: usize,
-    /// Aggregated edge of each out-edge of the members, in member-row order.
-    edge_of: Vec<u32>,
+    /// Per member, its out-probability summed per target group: `row_start[k]..row_start[k+1]`
+    /// indexes (aggregated edge, probability). Much shorter than the member's own row, since
+    /// most successors of a state share a group.
+    row_start: Vec<usize>,
+    edge: Vec<u32>,
+    prob: Vec<f64>,
     /// Source and target group of each aggregated edge.
     edge_ends: Vec<(u32, u32)>,
 }
 
 impl Aggregation {
     fn new(csr: Csr<'_>, members: &[u32], local: &[u32], global_group: &[u32]) -> Self {
-        let mut dense: std::collections::HashMap<u32, u32> = std::collections::HashMap::new();
+        let global_groups = global_group.iter().map(|&g| g as usize + 1).max().unwrap_or(0);
+        let mut dense = vec![u32::MAX; global_groups];
+        let mut groups = 0u32;
         let group: Vec<u32> = members
             .iter()
             .map(|&i| {
-                let next = dense.len() as u32;
-                *dense.entry(global_group[i as usize]).or_insert(next)
+                let g = &mut dense[global_group[i as usize] as usize];
+                if *g == u32::MAX {
+                    *g = groups;
+                    groups += 1;
+                }
+                *g
             })
             .collect();
-        let mut edge_index: std::collections::HashMap<(u32, u32), u32> = std::collections::HashMap::new();
-        let mut edge_of = Vec::new();
-        let mut edge_ends = Vec::new();
-        for (k, &i) in members.iter().enumerate() {
-            for (j, _) in csr.row(i as usize) {
-                let ends = (group[k], group[local[j] as usize]);
-                let next = edge_ends.len() as u32;
-                let id = *edge_index.entry(ends).or_insert(next);
-                if id == next {
-                    edge_ends.push(ends);
-                }
-                edge_of.push(id);
-            }
-        }
-        Aggregation {
+        let mut edge_index: std::collections::HashMap<u64, u32, BuildHasherDefault<StateHasher>> =
+            Default::default();
+        let mut aggregation = Aggregation {
             group,
-            groups: dense.len(),
-            edge_of,
-            edge_ends,
+            groups: groups as usize,
+            row_start: Vec::with_capacity(members.len() + 1),
+            edge: Vec::new(),
+            prob: Vec::new(),
+            edge_ends: Vec::new(),
+        };
+        aggregation.row_start.push(0);
+        let mut row: Vec<(u32, f64)> = Vec::new();
+        for (k, &i) in members.iter().enumerate() {
+            row.clear();
+            let from = aggregation.group[k];
+            for (j, p) in csr.row(i as usize) {
+                let to = aggregation.group[local[j] as usize];
+                let key = (u64::from(from) << 32) | u64::from(to);
+                let next = aggregation.edge_ends.len() as u32;
+                let id = *edge_index.entry(key).or_insert(next);
+                if id == next {
+                    aggregation.edge_ends.push((from, to));
+                }
+                row.push((id, p));
+            }
+            row.sort_unstable_by_key(|e| e.0);
+            let mut last = u32::MAX;
+            for &(id, p) in &row {
+                if id == last {
+                    if let Some(q) = aggregation.prob.last_mut() {
+                        *q += p;
+                    }
+                } else {
+                    aggregation.edge.push(id);
+                    aggregation.prob.push(p);
+                    last = id;
+                }
+            }
+            aggregation.row_start.push(aggregation.edge.len());
         }
+        aggregation
     }
 
     /// Replaces the group masses of `pi` by the stationary distribution of the aggregated chain.
-    fn correct(&self, csr: Csr<'_>, members: &[u32], pi: &mut [f64], limits: SolverLimits) {
+    fn correct(&self, pi: &mut [f64], limits: SolverLimits) {
         let mut mass = vec![0.0; self.groups];
+        let mut flow = vec![0.0; self.edge_ends.len()];
         for (k, &p) in pi.iter().enumerate() {
             mass[self.group[k] as usize] += p;
-        }
-        let mut flow = vec![0.0; self.edge_ends.len()];
-        let mut e = 0;
-        for (k, &i) in members.iter().enumerate() {
-            for (_, p) in csr.row(i as usize) {
-                flow[self.edge_of[e] as usize] += pi[k] * p;
-                e += 1;
+            for e in self.row_start[k]..self.row_start[k + 1] {
+                flow[self.edge[e] as usize] += p * self.prob[e];
             }
         }
         // Aggregated chain A[g][h] = flow(g -> h) / mass(g); solve xi = xi A by Gauss-Seidel.
@@ -343,7 +373,7 @@ impl Aggregation {
             }
         }
         let mut xi = mass.clone();
-        for _ in 0..limits.max_sweeps.min(10_000) {
+        for _ in 0..limits.max_sweeps.min(AGGREGATED_SWEEPS) {
             let mut change = 0.0;
             for h in 0..self.groups {
                 let acc: f64 = in_edges[h].iter().map(|&(g, a)| xi[g as usize] * a).sum();
@@ -365,6 +395,10 @@ impl Aggregation {
         }
     }
 }
+
+/// Sweeps of the small aggregated chain per correction; an inexact inner solve only slows the
+/// outer iteration, which keeps its own convergence check.
+const AGGREGATED_SWEEPS: usize = 200;
 
 /// Stationary distribution of one closed class: Gauss-Seidel sweeps, each preceded by one
 /// aggregation-disaggregation correction per grouping in `groups` (group id per global state).
@@ -391,7 +425,7 @@ fn stationary_of_class(
     while sweeps < limits.max_sweeps {
         sweeps += 1;
         for a in &aggregation {
-            a.correct(csr, members, &mut pi, limits);
+            a.correct(&mut pi, limits);
         }
         system.sweep(&mut pi);
         change = 0.0;
