@@ -229,13 +229,18 @@ mod tests {
         let total: f64 = out.iter().map(|o| o.1).sum();
         assert!((total - 1.0).abs() < 1e-12);
         // All three stay at model 0.
-        let all_stay = out.iter().find(|o| o.0 == 3 * PackedState::waiting_unit(0)).unwrap();
+        let all_stay = out
+            .iter()
+            .find(|o| o.0 == 3 * PackedState::waiting_unit(0))
+            .unwrap();
         assert!((all_stay.1 - 0.65f64.powi(3)).abs() < 1e-12);
         let three = multinomial_outcomes(&[0.5, 0.3, 0.2], 4);
         assert_eq!(three.len(), 15);
         let total: f64 = three.iter().map(|o| o.1).sum();
         assert!((total - 1.0).abs() < 1e-12);
-        let one_each = PackedState::waiting_unit(0) * 2 + PackedState::waiting_unit(1) + PackedState::waiting_unit(2);
+        let one_each = PackedState::waiting_unit(0) * 2
+            + PackedState::waiting_unit(1)
+            + PackedState::waiting_unit(2);
         let p = three.iter().find(|o| o.0 == one_each).unwrap().1;
         assert!((p - 12.0 * 0.25 * 0.3 * 0.2).abs() < 1e-12);
         // A zero-probability destination is never reached.
@@ -262,6 +267,9 @@ mod tests {
     #[test]
     fn state_limit_is_enforced() {
         let err = build_embedded_chain(&r2r(8), &[1, 1], 10).unwrap_err();
-        assert!(matches!(err, TunerError::StateSpaceTooLarge { limit: 10, .. }), "{err}");
+        assert!(
+            matches!(err, TunerError::StateSpaceTooLarge { limit: 10, .. }),
+            "{err}"
+        );
     }
 }

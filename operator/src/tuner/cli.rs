@@ -14,7 +14,12 @@ use std::time::Duration;
 #[derive(Debug, Clone, clap::Args)]
 pub struct TuneArgs {
     /// Step latency per model in ms, the same at every batch size, e.g. `6.0,27.9`.
-    #[arg(long, value_delimiter = ',', conflicts_with = "latency_table", allow_hyphen_values = true)]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        conflicts_with = "latency_table",
+        allow_hyphen_values = true
+    )]
     pub latencies_ms: Vec<f64>,
     /// Measured step latency per model as a function of batch size (JSON, or @file): per model
     /// a list of [batch, ms] points or one number, e.g. '[[[1,6.0],[8,6.6]],27.9]'.
@@ -91,14 +96,30 @@ pub struct TuneArgs {
     pub entry_model: usize,
 }
 
-/// Runs `tokenrouter tune`.
+/// Runs `tokenrouter tune`: prints the report on stdout.
 pub fn run(args: TuneArgs) -> Result<(), TunerError> {
+    let output = report(&args)?;
+    std::io::stdout()
+        .lock()
+        .write_all(output.as_bytes())
+        .map_err(|source| TunerError::Io {
+            what: "writing the report to stdout".into(),
+            source,
+        })
+}
+
+/// The report `tokenrouter tune` prints, as text, JSON or YAML.
+pub fn report(args: &TuneArgs) -> Result<String, TunerError> {
+    let args = args.clone();
     let estimate = if args.from_metrics.is_empty() {
         None
     } else {
         Some(estimate(&args)?)
     };
-    let concurrencies = match (&args.concurrency, estimate.as_ref().and_then(|e| e.concurrency)) {
+    let concurrencies = match (
+        &args.concurrency,
+        estimate.as_ref().and_then(|e| e.concurrency),
+    ) {
         (Some(spec), _) => parse_concurrency(spec)?,
         (None, Some(n)) => vec![n],
         (None, None) => return Err(invalid("--concurrency", "required (e.g. 4 or 1..16)")),
@@ -127,7 +148,10 @@ pub fn run(args: TuneArgs) -> Result<(), TunerError> {
         solve: SolveOptions {
             max_states: args.max_states,
         },
-        threads: args.threads.unwrap_or(SearchOptions::default().threads).max(1),
+        threads: args
+            .threads
+            .unwrap_or(SearchOptions::default().threads)
+            .max(1),
         keep_all: args.all,
         progress: std::io::stderr().is_terminal(),
     };
@@ -154,20 +178,13 @@ pub fn run(args: TuneArgs) -> Result<(), TunerError> {
         rows.push(row);
     }
 
-    let output = if args.json {
+    Ok(if args.json {
         render_json(&rows).map_err(|e| invalid("--json", &e.to_string()))?
     } else if args.yaml {
         render_yaml(&rows, base.names())
     } else {
         render_text(&rows, base.names())
-    };
-    std::io::stdout()
-        .lock()
-        .write_all(output.as_bytes())
-        .map_err(|source| TunerError::Io {
-            what: "writing the report to stdout".into(),
-            source,
-        })
+    })
 }
 
 /// Prediction (and simulation) of the thresholds given on the command line.
@@ -179,9 +196,14 @@ fn evaluate_given(
     empirical_gaps: bool,
 ) -> Result<ReportRow, TunerError> {
     if empirical_gaps {
-        return Ok(ReportRow::from_simulation(simulate(inputs, &args.thresholds, simulation)?));
+        return Ok(ReportRow::from_simulation(simulate(
+            inputs,
+            &args.thresholds,
+            simulation,
+        )?));
     }
-    let mut row = ReportRow::from_prediction(predict_with(inputs, &args.thresholds, &search.solve)?);
+    let mut row =
+        ReportRow::from_prediction(predict_with(inputs, &args.thresholds, &search.solve)?);
     if args.simulate {
         row.simulation = Some(simulate(inputs, &args.thresholds, simulation)?);
     }
@@ -190,9 +212,15 @@ fn evaluate_given(
 
 fn estimate(args: &TuneArgs) -> Result<MetricsEstimate, TunerError> {
     if !args.fetch_timeout_s.is_finite() || args.fetch_timeout_s <= 0.0 {
-        return Err(invalid("--fetch-timeout-s", "must be a positive number of seconds"));
+        return Err(invalid(
+            "--fetch-timeout-s",
+            "must be a positive number of seconds",
+        ));
     }
-    let texts = fetch_metrics(&args.from_metrics, Duration::from_secs_f64(args.fetch_timeout_s))?;
+    let texts = fetch_metrics(
+        &args.from_metrics,
+        Duration::from_secs_f64(args.fetch_timeout_s),
+    )?;
     let options = EstimateOptions {
         models: args.models.clone(),
         min_transitions: args.min_transitions,
@@ -210,15 +238,25 @@ fn estimate(args: &TuneArgs) -> Result<MetricsEstimate, TunerError> {
 }
 
 /// Inputs from explicit arguments, falling back to the metrics estimate.
-fn build_inputs(args: &TuneArgs, estimate: Option<&MetricsEstimate>, n: usize) -> Result<TunerInputs, TunerError> {
+fn build_inputs(
+    args: &TuneArgs,
+    estimate: Option<&MetricsEstimate>,
+    n: usize,
+) -> Result<TunerInputs, TunerError> {
     let latency: Vec<StepLatency> = if let Some(text) = &args.latency_table {
         parse_json(text, "--latency-table")?
     } else if !args.latencies_ms.is_empty() {
-        args.latencies_ms.iter().map(|&ms| StepLatency::Constant(ms)).collect()
+        args.latencies_ms
+            .iter()
+            .map(|&ms| StepLatency::Constant(ms))
+            .collect()
     } else if let Some(e) = estimate {
         e.latency.clone()
     } else {
-        return Err(invalid("--latencies-ms", "required (or --latency-table, or --from-metrics)"));
+        return Err(invalid(
+            "--latencies-ms",
+            "required (or --latency-table, or --from-metrics)",
+        ));
     };
     let transition: Vec<Vec<f64>> = match (&args.transition, estimate) {
         (Some(text), _) => parse_json(text, "--transition")?,
@@ -233,7 +271,8 @@ fn build_inputs(args: &TuneArgs, estimate: Option<&MetricsEstimate>, n: usize) -
             vec![vec![1.0; latency.len()]; latency.len()]
         }
     };
-    let inputs = TunerInputs::new(latency, transition, credit, args.delta_ms, n)?.with_entry_model(args.entry_model)?;
+    let inputs = TunerInputs::new(latency, transition, credit, args.delta_ms, n)?
+        .with_entry_model(args.entry_model)?;
     let names = if !args.models.is_empty() {
         args.models.clone()
     } else if let Some(e) = estimate {
@@ -273,7 +312,12 @@ fn parse_gaps(text: &str) -> Result<Vec<GapDistribution>, TunerError> {
 
 /// `4`, `1..16` / `1..=16` (inclusive) or `1,2,4`; ascending, duplicates removed.
 pub fn parse_concurrency(spec: &str) -> Result<Vec<usize>, TunerError> {
-    let bad = || invalid("--concurrency", &format!("expected N, A..B or a list, got `{spec}`"));
+    let bad = || {
+        invalid(
+            "--concurrency",
+            &format!("expected N, A..B or a list, got `{spec}`"),
+        )
+    };
     let number = |s: &str| s.trim().parse::<usize>().map_err(|_| bad());
     let mut values: Vec<usize> = if let Some((a, b)) = spec.split_once("..") {
         let b = b.strip_prefix('=').unwrap_or(b);
@@ -347,13 +391,24 @@ mod tests {
     #[test]
     fn latency_table_and_gaps_parse() {
         let mut line = R2R[2..].to_vec();
-        line.extend(["--latency-table", "[[[1,6.0],[8,6.6]],27.9]", "--concurrency", "2"]);
+        line.extend([
+            "--latency-table",
+            "[[[1,6.0],[8,6.6]],27.9]",
+            "--concurrency",
+            "2",
+        ]);
         let a = args(&line);
         let inputs = build_inputs(&a, None, 8).unwrap();
         assert_eq!(inputs.slots(0, 8), 66);
         assert_eq!(inputs.slots(1, 8), 279);
         let gaps = parse_gaps("[[1,2,3],null]").unwrap();
-        assert_eq!(gaps, vec![GapDistribution::Empirical(vec![1, 2, 3]), GapDistribution::Geometric]);
+        assert_eq!(
+            gaps,
+            vec![
+                GapDistribution::Empirical(vec![1, 2, 3]),
+                GapDistribution::Geometric
+            ]
+        );
     }
 
     #[test]
@@ -365,18 +420,109 @@ mod tests {
         assert!(err.to_string().contains("transition[0]"), "{err}");
         line[3] = "[[0.65,0.35],[1,0]";
         let err = run(args(&line)).unwrap_err();
-        assert!(err.to_string().contains("--transition") && err.to_string().contains("invalid JSON"), "{err}");
+        assert!(
+            err.to_string().contains("--transition") && err.to_string().contains("invalid JSON"),
+            "{err}"
+        );
         let err = run(args(&R2R)).unwrap_err();
         assert!(err.to_string().contains("--concurrency"), "{err}");
         let mut line = R2R.to_vec();
         line.extend(["--concurrency", "4", "--thresholds", "1,2,3"]);
         let err = run(args(&line)).unwrap_err();
-        assert!(err.to_string().contains("3 thresholds for 2 models"), "{err}");
+        assert!(
+            err.to_string().contains("3 thresholds for 2 models"),
+            "{err}"
+        );
         let mut line = R2R.to_vec();
         line[1] = "-6.0,27.9";
         line.extend(["--concurrency", "4"]);
         let err = run(args(&line)).unwrap_err();
         assert!(err.to_string().contains("latency[0]"), "{err}");
+    }
+
+    #[test]
+    fn json_yaml_and_all_outputs() {
+        let mut line = R2R.to_vec();
+        line.extend(["--concurrency", "2..4", "--json"]);
+        let json: serde_json::Value = serde_json::from_str(&report(&args(&line)).unwrap()).unwrap();
+        let results = json["results"].as_array().unwrap();
+        assert_eq!(results.len(), 3);
+        assert_eq!(results[2]["concurrency"], 4);
+        assert_eq!(results[2]["thresholds"], serde_json::json!([1, 3]));
+        assert!(results[2]["throughput_tok_s"].as_f64().unwrap() > 200.0);
+        assert_eq!(
+            results[2]["runner_up"]["thresholds"],
+            serde_json::json!([2, 3])
+        );
+        assert_eq!(results[2]["search"]["evaluated"], 16);
+
+        let mut line = R2R.to_vec();
+        line.extend([
+            "--concurrency",
+            "3..4",
+            "--yaml",
+            "--models",
+            "quick,reference",
+        ]);
+        let yaml = report(&args(&line)).unwrap();
+        // Rows start at concurrency 1 even though the range starts at 3.
+        let rows: Vec<&str> = yaml.lines().filter(|l| l.starts_with("  - [")).collect();
+        assert_eq!(rows.len(), 4);
+        assert!(rows[3].starts_with("  - [1, 3]  # N=4"), "{yaml}");
+
+        let mut line = R2R.to_vec();
+        line.extend(["--concurrency", "3", "--all"]);
+        let text = report(&args(&line)).unwrap();
+        // 9 vectors, 3 deadlock: 6 listed.
+        let listed = text
+            .lines()
+            .filter(|l| l.trim_start().starts_with('['))
+            .count();
+        assert_eq!(listed, 6, "{text}");
+    }
+
+    #[test]
+    fn simulate_validates_and_replaces_the_chain() {
+        let mut line = R2R.to_vec();
+        line.extend([
+            "--concurrency",
+            "4",
+            "--thresholds",
+            "1,3",
+            "--simulate",
+            "--sim-events",
+            "400000",
+            "--json",
+        ]);
+        let json: serde_json::Value = serde_json::from_str(&report(&args(&line)).unwrap()).unwrap();
+        let row = &json["results"][0];
+        let exact = row["throughput_tok_s"].as_f64().unwrap();
+        let simulated = row["simulation"]["throughput_tok_s"].as_f64().unwrap();
+        assert!(
+            (exact - simulated).abs() < 0.01 * exact,
+            "{exact} vs {simulated}"
+        );
+        // With empirical gaps the simulation is the evaluator.
+        let mut line = R2R.to_vec();
+        line.extend([
+            "--concurrency",
+            "2",
+            "--simulate",
+            "--sim-events",
+            "100000",
+            "--gap-samples",
+            "[[3],null]",
+            "--json",
+        ]);
+        let json: serde_json::Value = serde_json::from_str(&report(&args(&line)).unwrap()).unwrap();
+        let row = &json["results"][0];
+        assert_eq!(row["method"], "simulation");
+        assert_eq!(row["search"]["evaluated"], 4);
+        // Gap samples without --simulate are refused by clap.
+        let mut line = vec!["tune"];
+        line.extend(R2R);
+        line.extend(["--concurrency", "2", "--gap-samples", "[[3],null]"]);
+        assert!(Cli::try_parse_from(line).is_err());
     }
 
     #[test]
@@ -407,9 +553,15 @@ tokenrouter:active_concurrency 4\n",
         let from_metrics = best_with(&inputs, &search, None).unwrap();
         let from_args = best_with(&explicit, &search, None).unwrap();
         assert_eq!(from_metrics.best.thresholds, from_args.best.thresholds);
-        assert!((from_metrics.best.throughput_tok_s - from_args.best.throughput_tok_s).abs() < 1e-6);
-        assert_eq!(inputs.names(), &["quick".to_string(), "reference".to_string()]);
-        run(a).unwrap();
+        assert!(
+            (from_metrics.best.throughput_tok_s - from_args.best.throughput_tok_s).abs() < 1e-6
+        );
+        assert_eq!(
+            inputs.names(),
+            &["quick".to_string(), "reference".to_string()]
+        );
+        let text = report(&a).unwrap();
+        assert!(text.starts_with("N=4   B*=[1, 3]"), "{text}");
         let err = run(args(&["--from-metrics", &url, "--min-transitions", "1000"])).unwrap_err();
         assert!(err.to_string().contains("too few samples"), "{err}");
     }

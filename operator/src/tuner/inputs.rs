@@ -190,7 +190,10 @@ impl TunerInputs {
         if entry_model >= self.models() {
             return Err(TunerError::InvalidInput {
                 field: "entry_model".into(),
-                reason: format!("model {entry_model} does not exist ({} models)", self.models()),
+                reason: format!(
+                    "model {entry_model} does not exist ({} models)",
+                    self.models()
+                ),
             });
         }
         self.entry_model = entry_model;
@@ -305,14 +308,21 @@ impl TunerInputs {
         if thresholds.len() != self.models() {
             return Err(TunerError::InvalidInput {
                 field: "thresholds".into(),
-                reason: format!("{} thresholds for {} models", thresholds.len(), self.models()),
+                reason: format!(
+                    "{} thresholds for {} models",
+                    thresholds.len(),
+                    self.models()
+                ),
             });
         }
         for (m, &b) in thresholds.iter().enumerate() {
             if b == 0 || b > self.concurrency {
                 return Err(TunerError::InvalidInput {
                     field: format!("thresholds[{m}]"),
-                    reason: format!("must lie in 1..={} (the concurrency), got {b}", self.concurrency),
+                    reason: format!(
+                        "must lie in 1..={} (the concurrency), got {b}",
+                        self.concurrency
+                    ),
                 });
             }
         }
@@ -396,7 +406,10 @@ pub(crate) mod tests {
         .unwrap_err();
         assert_eq!(field_of(err), "latency[0]");
         let err = TunerInputs::new(
-            vec![StepLatency::Constant(6.0), StepLatency::Table(vec![(1, 20.0), (4, -1.0)])],
+            vec![
+                StepLatency::Constant(6.0),
+                StepLatency::Table(vec![(1, 20.0), (4, -1.0)]),
+            ],
             vec![vec![0.65, 0.35], vec![1.0, 0.0]],
             vec![vec![1.0, 0.0], vec![1.0, 0.0]],
             0.1,
@@ -444,7 +457,10 @@ pub(crate) mod tests {
         )
         .unwrap_err();
         assert_eq!(field_of(err), "delta_ms");
-        assert_eq!(field_of(base.with_concurrency(0).unwrap_err()), "concurrency");
+        assert_eq!(
+            field_of(base.with_concurrency(0).unwrap_err()),
+            "concurrency"
+        );
         let err = TunerInputs::new(
             base.latency().to_vec(),
             base.transition().to_vec(),
@@ -464,7 +480,9 @@ pub(crate) mod tests {
         assert_eq!(table.at(4), 12.0);
         assert_eq!(table.at(6), 14.0);
         assert_eq!(table.at(9), 14.0);
-        let err = StepLatency::Table(vec![(4, 1.0), (4, 2.0)]).validate(1).unwrap_err();
+        let err = StepLatency::Table(vec![(4, 1.0), (4, 2.0)])
+            .validate(1)
+            .unwrap_err();
         assert!(err.to_string().contains("strictly increasing"), "{err}");
     }
 }

@@ -38,8 +38,8 @@
 //! distributions. [`best`]/[`best_with`] search B* exhaustively or by an exact-per-vector
 //! pattern search, and [`metrics`] turns subserver metrics into [`TunerInputs`].
 
-pub mod cli;
 mod chain;
+pub mod cli;
 pub mod error;
 pub mod inputs;
 pub mod metrics;
@@ -53,9 +53,12 @@ mod stationary;
 
 pub use error::TunerError;
 pub use inputs::{StepLatency, TunerInputs};
-pub use predict::{predict, predict_with, ModelPrediction, Prediction, SolveOptions, DEFAULT_MAX_STATES};
+pub use predict::{
+    predict, predict_with, ModelPrediction, Prediction, SolveOptions, DEFAULT_MAX_STATES,
+};
 pub use search::{
-    best, best_by_simulation, best_table, best_with, Scored, SearchOptions, SearchStrategy, TuneResult,
+    best, best_by_simulation, best_table, best_with, Scored, SearchOptions, SearchStrategy,
+    TuneResult,
 };
 pub use simulate::{simulate, GapDistribution, SimulationOptions, SimulationReport};
 pub use slot_chain::{predict_slotwise, SlotwiseResult};

@@ -116,7 +116,7 @@ fn class_rates(inputs: &TunerInputs, chain: &EmbeddedChain, class: &RecurrentCla
         let s = chain.states[id as usize];
         let dt = f64::from(chain.dt[id as usize]);
         time += p * dt;
-        for m in 0..models {
+        for (m, &credit_m) in credit.iter().enumerate() {
             let r = s.remaining(m);
             rates.waiting[m] += p * dt * s.waiting(m) as f64;
             if r > 0 {
@@ -126,13 +126,18 @@ fn class_rates(inputs: &TunerInputs, chain: &EmbeddedChain, class: &RecurrentCla
                 let batch = s.batch(m) as f64;
                 rates.steps[m] += p;
                 rates.batch_sum[m] += p * batch;
-                rates.tokens += p * batch * credit[m];
+                rates.tokens += p * batch * credit_m;
             }
         }
     }
     // Everything per slot from here on.
     rates.tokens /= time;
-    for v in [&mut rates.steps, &mut rates.batch_sum, &mut rates.busy, &mut rates.waiting] {
+    for v in [
+        &mut rates.steps,
+        &mut rates.batch_sum,
+        &mut rates.busy,
+        &mut rates.waiting,
+    ] {
         v.iter_mut().for_each(|x| *x /= time);
     }
     rates
@@ -222,11 +227,23 @@ mod tests {
         // Two models in closed form: nu_0 = P10 / (P01 + P10).
         let nu0 = 1.0 / 1.35;
         let expected = 1000.0 * (nu0 * 0.65 + (1.0 - nu0)) / (nu0 * 6.0 + (1.0 - nu0) * 27.9);
-        assert!((p.throughput_tok_s - expected).abs() < 1e-9 * expected, "{} vs {expected}", p.throughput_tok_s);
+        assert!(
+            (p.throughput_tok_s - expected).abs() < 1e-9 * expected,
+            "{} vs {expected}",
+            p.throughput_tok_s
+        );
 
         let latency = [6.0, 12.0, 27.9];
-        let transition = vec![vec![0.5, 0.3, 0.2], vec![0.1, 0.6, 0.3], vec![0.7, 0.2, 0.1]];
-        let credit = vec![vec![1.0, 0.0, 0.5], vec![1.0, 1.0, 0.0], vec![1.0, 1.0, 1.0]];
+        let transition = vec![
+            vec![0.5, 0.3, 0.2],
+            vec![0.1, 0.6, 0.3],
+            vec![0.7, 0.2, 0.1],
+        ];
+        let credit = vec![
+            vec![1.0, 0.0, 0.5],
+            vec![1.0, 1.0, 0.0],
+            vec![1.0, 1.0, 1.0],
+        ];
         let inputs = TunerInputs::new(
             latency.iter().map(|&l| StepLatency::Constant(l)).collect(),
             transition.clone(),
@@ -237,14 +254,22 @@ mod tests {
         .unwrap();
         let p = predict(&inputs, &[1, 1, 1]).unwrap();
         let expected = closed_form_single_request(&latency, &transition, &credit);
-        assert!((p.throughput_tok_s - expected).abs() < 1e-9 * expected, "{} vs {expected}", p.throughput_tok_s);
+        assert!(
+            (p.throughput_tok_s - expected).abs() < 1e-9 * expected,
+            "{} vs {expected}",
+            p.throughput_tok_s
+        );
     }
 
     #[test]
     fn deadlocking_vectors_are_infeasible() {
         // N = 4, B = [3, 3]: a split of 2 and 2 requests can start neither model.
         match predict(&r2r(4), &[3, 3]) {
-            Err(TunerError::Infeasible { thresholds, witness, .. }) => {
+            Err(TunerError::Infeasible {
+                thresholds,
+                witness,
+                ..
+            }) => {
                 assert_eq!(thresholds, vec![3, 3]);
                 assert!(witness.contains("waiting 2, idle"), "{witness}");
             }
@@ -297,17 +322,28 @@ mod tests {
             let (coarse, fine, finer) = (at(0.3), at(0.1), at(0.05));
             for b0 in 1..=n {
                 for b1 in 1..=n {
-                    let results: Vec<_> = [&coarse, &fine, &finer].iter().map(|i| predict(i, &[b0, b1])).collect();
+                    let results: Vec<_> = [&coarse, &fine, &finer]
+                        .iter()
+                        .map(|i| predict(i, &[b0, b1]))
+                        .collect();
                     match (&results[0], &results[1], &results[2]) {
                         (Ok(a), Ok(b), Ok(c)) => {
                             for other in [b, c] {
-                                let rel = (a.throughput_tok_s - other.throughput_tok_s).abs() / a.throughput_tok_s;
-                                assert!(rel < 1e-9, "N={n} B=[{b0},{b1}]: {} vs {}", a.throughput_tok_s, other.throughput_tok_s);
+                                let rel = (a.throughput_tok_s - other.throughput_tok_s).abs()
+                                    / a.throughput_tok_s;
+                                assert!(
+                                    rel < 1e-9,
+                                    "N={n} B=[{b0},{b1}]: {} vs {}",
+                                    a.throughput_tok_s,
+                                    other.throughput_tok_s
+                                );
                                 assert_eq!(a.states, other.states);
                             }
                         }
                         (Err(_), Err(_), Err(_)) => {}
-                        other => panic!("N={n} B=[{b0},{b1}]: feasibility depends on delta: {other:?}"),
+                        other => {
+                            panic!("N={n} B=[{b0},{b1}]: feasibility depends on delta: {other:?}")
+                        }
                     }
                 }
             }
@@ -328,8 +364,17 @@ mod tests {
             assert!((m.step_rate_per_s * step_ms / 1000.0 - m.busy_fraction).abs() < 1e-9);
         }
         // Little's law on requests: every request is waiting or in a step at every moment.
-        let in_steps: f64 = p.models.iter().map(|m| m.step_rate_per_s * m.mean_batch * if m.name == "model0" { 0.006 } else { 0.0279 }).sum();
+        let in_steps: f64 = p
+            .models
+            .iter()
+            .map(|m| {
+                m.step_rate_per_s * m.mean_batch * if m.name == "model0" { 0.006 } else { 0.0279 }
+            })
+            .sum();
         let waiting: f64 = p.models.iter().map(|m| m.mean_waiting).sum();
-        assert!((in_steps + waiting - 4.0).abs() < 1e-9, "{in_steps} + {waiting}");
+        assert!(
+            (in_steps + waiting - 4.0).abs() < 1e-9,
+            "{in_steps} + {waiting}"
+        );
     }
 }

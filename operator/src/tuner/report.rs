@@ -106,18 +106,34 @@ impl ReportRow {
     /// Row of an exact search.
     pub fn from_exact_search(r: TuneResult<Prediction>, keep_all: bool) -> Self {
         let mut row = ReportRow::from_prediction(r.best.clone());
-        row.runner_up = r.runner_up.as_ref().map(|p| candidate(&p.thresholds, p.throughput_tok_s));
+        row.runner_up = r
+            .runner_up
+            .as_ref()
+            .map(|p| candidate(&p.thresholds, p.throughput_tok_s));
         row.search = Some(summary(&r));
-        row.all = keep_all.then(|| r.all.into_iter().map(|p| candidate(&p.thresholds, p.throughput_tok_s)).collect());
+        row.all = keep_all.then(|| {
+            r.all
+                .into_iter()
+                .map(|p| candidate(&p.thresholds, p.throughput_tok_s))
+                .collect()
+        });
         row
     }
 
     /// Row of a search by simulation.
     pub fn from_simulated_search(r: TuneResult<SimulationReport>, keep_all: bool) -> Self {
         let mut row = ReportRow::from_simulation(r.best.clone());
-        row.runner_up = r.runner_up.as_ref().map(|s| candidate(&s.thresholds, s.throughput_tok_s));
+        row.runner_up = r
+            .runner_up
+            .as_ref()
+            .map(|s| candidate(&s.thresholds, s.throughput_tok_s));
         row.search = Some(summary(&r));
-        row.all = keep_all.then(|| r.all.into_iter().map(|s| candidate(&s.thresholds, s.throughput_tok_s)).collect());
+        row.all = keep_all.then(|| {
+            r.all
+                .into_iter()
+                .map(|s| candidate(&s.thresholds, s.throughput_tok_s))
+                .collect()
+        });
         row
     }
 }
@@ -178,7 +194,10 @@ pub fn render_yaml(rows: &[ReportRow], names: &[String]) -> String {
 pub fn render_text(rows: &[ReportRow], names: &[String]) -> String {
     let mut out = String::new();
     for row in rows {
-        let ci = row.ci95_tok_s.map(|c| format!(" ± {c:.2}")).unwrap_or_default();
+        let ci = row
+            .ci95_tok_s
+            .map(|c| format!(" ± {c:.2}"))
+            .unwrap_or_default();
         let label = if row.search.is_some() { "B*" } else { "B" };
         let _ = write!(
             out,
@@ -186,7 +205,11 @@ pub fn render_text(rows: &[ReportRow], names: &[String]) -> String {
             row.concurrency, row.thresholds, row.throughput_tok_s, row.method
         );
         if let Some(r) = &row.runner_up {
-            let _ = write!(out, "  runner-up {:?} {:.2} tok/s", r.thresholds, r.throughput_tok_s);
+            let _ = write!(
+                out,
+                "  runner-up {:?} {:.2} tok/s",
+                r.thresholds, r.throughput_tok_s
+            );
         }
         out.push('\n');
         let mut details = Vec::new();
@@ -228,7 +251,11 @@ pub fn render_text(rows: &[ReportRow], names: &[String]) -> String {
         }
         if let Some(all) = &row.all {
             for c in all {
-                let _ = writeln!(out, "       {:?} {:.4} tok/s", c.thresholds, c.throughput_tok_s);
+                let _ = writeln!(
+                    out,
+                    "       {:?} {:.4} tok/s",
+                    c.thresholds, c.throughput_tok_s
+                );
             }
         }
     }
@@ -243,7 +270,9 @@ mod tests {
 
     #[test]
     fn json_has_the_documented_shape() {
-        let rows = vec![ReportRow::from_prediction(predict(&r2r(4), &[1, 3]).unwrap())];
+        let rows = vec![ReportRow::from_prediction(
+            predict(&r2r(4), &[1, 3]).unwrap(),
+        )];
         let json: serde_json::Value = serde_json::from_str(&render_json(&rows).unwrap()).unwrap();
         let first = &json["results"][0];
         assert_eq!(first["concurrency"], 4);

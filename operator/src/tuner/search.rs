@@ -133,7 +133,9 @@ pub fn best_with(
     hint: Option<&[usize]>,
 ) -> Result<TuneResult<Prediction>, TunerError> {
     let solve = options.solve;
-    search(inputs, options, hint, |thresholds| predict_with(inputs, thresholds, &solve))
+    search(inputs, options, hint, |thresholds| {
+        predict_with(inputs, thresholds, &solve)
+    })
 }
 
 /// B* by simulation (for gap distributions the chain cannot express).
@@ -143,7 +145,9 @@ pub fn best_by_simulation(
     simulation: &SimulationOptions,
     hint: Option<&[usize]>,
 ) -> Result<TuneResult<SimulationReport>, TunerError> {
-    search(inputs, options, hint, |thresholds| simulate(inputs, thresholds, simulation))
+    search(inputs, options, hint, |thresholds| {
+        simulate(inputs, thresholds, simulation)
+    })
 }
 
 /// B* for each concurrency of `concurrencies` (ascending), each seeded with the previous B*.
@@ -198,7 +202,9 @@ where
     let m = inputs.models();
     let grid = (n as f64).powi(m as i32);
     let strategy = match options.strategy {
-        SearchStrategy::Auto if grid <= options.exhaustive_limit as f64 => SearchStrategy::Exhaustive,
+        SearchStrategy::Auto if grid <= options.exhaustive_limit as f64 => {
+            SearchStrategy::Exhaustive
+        }
         SearchStrategy::Auto => SearchStrategy::Local,
         other => other,
     };
@@ -300,7 +306,10 @@ where
     T: Scored,
     F: Fn(&[usize]) -> Result<T, TunerError> + Sync,
 {
-    let mut todo: Vec<&Vec<usize>> = vectors.iter().filter(|v| !memo.seen.contains_key(*v)).collect();
+    let mut todo: Vec<&Vec<usize>> = vectors
+        .iter()
+        .filter(|v| !memo.seen.contains_key(*v))
+        .collect();
     todo.dedup();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let workers = threads.clamp(1, todo.len().max(1));
@@ -393,7 +402,11 @@ where
         for pairs in [false, true] {
             let probes = neighbours(&current, step, n, pairs);
             evaluate_batch(&probes, evaluate, threads, memo, bar)?;
-            let current_value = memo.seen.get(&current).and_then(|t| t.as_ref()).map(|t| t.throughput_tok_s());
+            let current_value = memo
+                .seen
+                .get(&current)
+                .and_then(|t| t.as_ref())
+                .map(|t| t.throughput_tok_s());
             let best_probe = probes
                 .iter()
                 .filter_map(|p| memo.seen.get(p).and_then(|t| t.as_ref()))
@@ -420,7 +433,11 @@ where
 fn neighbours(current: &[usize], step: usize, n: usize, pairs: bool) -> Vec<Vec<usize>> {
     let m = current.len();
     let shift = |v: &mut Vec<usize>, k: usize, up: bool| {
-        v[k] = if up { (v[k] + step).min(n) } else { v[k].saturating_sub(step).max(1) };
+        v[k] = if up {
+            (v[k] + step).min(n)
+        } else {
+            v[k].saturating_sub(step).max(1)
+        };
     };
     let mut out = Vec::new();
     for k in 0..m {
@@ -475,7 +492,11 @@ mod tests {
         assert_eq!(result.evaluated, 16);
         assert_eq!(result.all.len() + result.infeasible, 16);
         assert!(result.infeasible > 0);
-        let max = result.all.iter().map(|p| p.throughput_tok_s).fold(f64::MIN, f64::max);
+        let max = result
+            .all
+            .iter()
+            .map(|p| p.throughput_tok_s)
+            .fold(f64::MIN, f64::max);
         assert_eq!(result.best.throughput_tok_s, max);
         let runner_up = result.runner_up.as_ref().unwrap();
         assert!(runner_up.throughput_tok_s <= max);
@@ -501,7 +522,11 @@ mod tests {
             let truth = best_with(&r2r(n), &exhaustive, None).unwrap();
             assert_eq!(found.best.thresholds, truth.best.thresholds, "N={n}");
             if n >= 8 {
-                assert!(found.evaluated * 4 < n * n, "N={n}: {} evaluations", found.evaluated);
+                assert!(
+                    found.evaluated * 4 < n * n,
+                    "N={n}: {} evaluations",
+                    found.evaluated
+                );
             }
             // Without a hint too (coarse-grid start).
             let cold = best_with(&r2r(n), &local, None).unwrap();
@@ -514,7 +539,9 @@ mod tests {
         let single = neighbours(&[1, 4], 2, 4, false);
         let pairs = neighbours(&[1, 4], 2, 4, true);
         for probes in [&single, &pairs] {
-            assert!(probes.iter().all(|v| v.iter().all(|&b| (1..=4).contains(&b))));
+            assert!(probes
+                .iter()
+                .all(|v| v.iter().all(|&b| (1..=4).contains(&b))));
             assert!(!probes.contains(&vec![1, 4]));
         }
         assert!(single.contains(&vec![3, 4]));

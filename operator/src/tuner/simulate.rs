@@ -79,7 +79,11 @@ pub fn check_gaps(inputs: &TunerInputs, gaps: &[GapDistribution]) -> Result<(), 
     if gaps.len() != inputs.models() {
         return Err(TunerError::InvalidInput {
             field: "gaps".into(),
-            reason: format!("{} gap distributions for {} models", gaps.len(), inputs.models()),
+            reason: format!(
+                "{} gap distributions for {} models",
+                gaps.len(),
+                inputs.models()
+            ),
         });
     }
     for (m, gap) in gaps.iter().enumerate() {
@@ -221,7 +225,13 @@ pub fn simulate(
                 batch.batch_sum[m] += q.running.len() as f64;
             }
             for request in q.running.drain(..) {
-                let to = next_model(inputs, gap_of(m), m, &mut gap_left[request as usize], &mut rng);
+                let to = next_model(
+                    inputs,
+                    gap_of(m),
+                    m,
+                    &mut gap_left[request as usize],
+                    &mut rng,
+                );
                 if measuring {
                     let c = inputs.credit()[m][to];
                     batch.tokens += c;
@@ -239,7 +249,10 @@ pub fn simulate(
             queues[to].waiting.push(request);
         }
         start_idle(&mut queues, now);
-        if measuring && ((event - options.warmup_events + 1) % per_batch == 0 || event + 1 == total_events) {
+        if measuring
+            && ((event - options.warmup_events + 1).is_multiple_of(per_batch)
+                || event + 1 == total_events)
+        {
             let span = (now - batch_start) as f64;
             if span > 0.0 {
                 batch_rates.push(batch.tokens / span);
@@ -254,7 +267,11 @@ pub fn simulate(
     let mean_rate = window.tokens / slots;
     let k = batch_rates.len() as f64;
     let ci = if k > 1.0 {
-        let var = batch_rates.iter().map(|r| (r - mean_rate).powi(2)).sum::<f64>() / (k - 1.0);
+        let var = batch_rates
+            .iter()
+            .map(|r| (r - mean_rate).powi(2))
+            .sum::<f64>()
+            / (k - 1.0);
         1.96 * (var / k).sqrt()
     } else {
         f64::INFINITY
@@ -402,10 +419,18 @@ mod tests {
             let sim = simulate(&inputs, &thresholds, &options).unwrap();
             assert_within(&sim, exact.throughput_tok_s, 0.01);
             // The confidence interval is honest: the exact value lies within a few half widths.
-            assert!((sim.throughput_tok_s - exact.throughput_tok_s).abs() < 4.0 * sim.ci95_tok_s + 1e-9);
+            assert!(
+                (sim.throughput_tok_s - exact.throughput_tok_s).abs() < 4.0 * sim.ci95_tok_s + 1e-9
+            );
             for (s, e) in sim.models.iter().zip(&exact.models) {
-                assert!((s.mean_batch - e.mean_batch).abs() < 0.02 * e.mean_batch.max(1.0), "{s:?} vs {e:?}");
-                assert!((s.busy_fraction - e.busy_fraction).abs() < 0.01, "{s:?} vs {e:?}");
+                assert!(
+                    (s.mean_batch - e.mean_batch).abs() < 0.02 * e.mean_batch.max(1.0),
+                    "{s:?} vs {e:?}"
+                );
+                assert!(
+                    (s.busy_fraction - e.busy_fraction).abs() < 0.01,
+                    "{s:?} vs {e:?}"
+                );
             }
         }
     }
@@ -426,13 +451,20 @@ mod tests {
         }
         let options = SimulationOptions {
             events: 1_000_000,
-            gaps: vec![GapDistribution::Empirical(samples), GapDistribution::Geometric],
+            gaps: vec![
+                GapDistribution::Empirical(samples),
+                GapDistribution::Geometric,
+            ],
             ..SimulationOptions::default()
         };
         for (n, b) in [(1, vec![1, 1]), (4, vec![1, 3])] {
             let inputs = r2r(n);
             let exact = predict(&inputs, &b).unwrap();
-            assert_within(&simulate(&inputs, &b, &options).unwrap(), exact.throughput_tok_s, 0.01);
+            assert_within(
+                &simulate(&inputs, &b, &options).unwrap(),
+                exact.throughput_tok_s,
+                0.01,
+            );
         }
     }
 
@@ -442,7 +474,10 @@ mod tests {
         // 3 tokens (2 kept + 1 rewritten by the large model) per 3 * 6.0 + 27.9 ms.
         let options = SimulationOptions {
             events: 200_000,
-            gaps: vec![GapDistribution::Empirical(vec![3]), GapDistribution::Geometric],
+            gaps: vec![
+                GapDistribution::Empirical(vec![3]),
+                GapDistribution::Geometric,
+            ],
             ..SimulationOptions::default()
         };
         let sim = simulate(&r2r(1), &[1, 1], &options).unwrap();
@@ -458,7 +493,14 @@ mod tests {
         let inputs = r2r(2);
         let err = check_gaps(&inputs, &[GapDistribution::Empirical(vec![0])]).unwrap_err();
         assert!(err.to_string().contains("gaps"), "{err}");
-        let err = check_gaps(&inputs, &[GapDistribution::Empirical(vec![2, 0]), GapDistribution::Geometric]).unwrap_err();
+        let err = check_gaps(
+            &inputs,
+            &[
+                GapDistribution::Empirical(vec![2, 0]),
+                GapDistribution::Geometric,
+            ],
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("gaps[0]"), "{err}");
     }
 }

@@ -185,10 +185,16 @@ mod tests {
                     e.throughput_tok_s,
                     s.throughput_tok_s
                 );
-                assert!(s.states >= e.states, "slot chain cannot be smaller than the embedded one");
+                assert!(
+                    s.states >= e.states,
+                    "slot chain cannot be smaller than the embedded one"
+                );
             }
             (Err(TunerError::Infeasible { .. }), Err(TunerError::Infeasible { .. })) => {}
-            (e, s) => panic!("N={} B={thresholds:?}: event {e:?} vs slot {s:?}", inputs.concurrency()),
+            (e, s) => panic!(
+                "N={} B={thresholds:?}: event {e:?} vs slot {s:?}",
+                inputs.concurrency()
+            ),
         }
     }
 
@@ -232,13 +238,24 @@ mod tests {
                 StepLatency::Constant(0.9),
                 StepLatency::Constant(1.5),
             ],
-            vec![vec![0.5, 0.3, 0.2], vec![0.4, 0.4, 0.2], vec![0.6, 0.1, 0.3]],
+            vec![
+                vec![0.5, 0.3, 0.2],
+                vec![0.4, 0.4, 0.2],
+                vec![0.6, 0.1, 0.3],
+            ],
             vec![vec![1.0; 3]; 3],
             0.3,
             3,
         )
         .unwrap();
-        for b in [[1, 1, 1], [1, 2, 2], [2, 1, 3], [1, 3, 3], [3, 3, 3], [2, 2, 2]] {
+        for b in [
+            [1, 1, 1],
+            [1, 2, 2],
+            [2, 1, 3],
+            [1, 3, 3],
+            [3, 3, 3],
+            [2, 2, 2],
+        ] {
             assert_agree(&inputs, &b);
         }
     }
@@ -248,7 +265,8 @@ mod tests {
         for (b0, b1) in [(1, 1), (1, 3), (2, 2)] {
             let coarse = predict_slotwise(&small(0.3, 3), &[b0, b1.min(3)], 200_000).unwrap();
             let fine = predict_slotwise(&small(0.1, 3), &[b0, b1.min(3)], 200_000).unwrap();
-            let rel = (coarse.throughput_tok_s - fine.throughput_tok_s).abs() / fine.throughput_tok_s;
+            let rel =
+                (coarse.throughput_tok_s - fine.throughput_tok_s).abs() / fine.throughput_tok_s;
             assert!(rel < 1e-9, "B=[{b0},{b1}]: {coarse:?} vs {fine:?}");
             assert!(fine.states > coarse.states);
         }

@@ -68,12 +68,18 @@ impl PackedState {
 pub(crate) fn check_packable(inputs: &TunerInputs) -> Result<(), TunerError> {
     if inputs.models() > MAX_MODELS {
         return Err(TunerError::Unsupported {
-            what: format!("{} models; the exact solvers handle at most {MAX_MODELS} (use --simulate)", inputs.models()),
+            what: format!(
+                "{} models; the exact solvers handle at most {MAX_MODELS} (use --simulate)",
+                inputs.models()
+            ),
         });
     }
     if inputs.concurrency() > MAX_CONCURRENCY {
         return Err(TunerError::Unsupported {
-            what: format!("concurrency {} exceeds {MAX_CONCURRENCY}", inputs.concurrency()),
+            what: format!(
+                "concurrency {} exceeds {MAX_CONCURRENCY}",
+                inputs.concurrency()
+            ),
         });
     }
     for m in 0..inputs.models() {
@@ -101,7 +107,8 @@ impl Hasher for StateHasher {
     }
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
-            self.0 = (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
         }
     }
     fn write_u64(&mut self, value: u64) {
@@ -116,7 +123,8 @@ impl Hasher for StateHasher {
 }
 
 /// Hash map keyed by packed states.
-pub(crate) type StateMap<V> = std::collections::HashMap<PackedState, V, BuildHasherDefault<StateHasher>>;
+pub(crate) type StateMap<V> =
+    std::collections::HashMap<PackedState, V, BuildHasherDefault<StateHasher>>;
 
 #[cfg(test)]
 mod tests {
@@ -129,7 +137,10 @@ mod tests {
             .with_model(2, 255, 1, MAX_SLOTS);
         assert_eq!((s.waiting(0), s.batch(0), s.remaining(0)), (3, 5, 60));
         assert_eq!((s.waiting(1), s.batch(1), s.remaining(1)), (0, 0, 0));
-        assert_eq!((s.waiting(2), s.batch(2), s.remaining(2)), (255, 1, MAX_SLOTS));
+        assert_eq!(
+            (s.waiting(2), s.batch(2), s.remaining(2)),
+            (255, 1, MAX_SLOTS)
+        );
         let t = PackedState(s.0 + 2 * PackedState::waiting_unit(1));
         assert_eq!(t.waiting(1), 2);
         let u = t.with_model(0, 0, 0, 0);

@@ -179,7 +179,13 @@ fn absorption_probability(
 ) -> Result<f64, TunerError> {
     let n = csr.states();
     let mut h: Vec<f64> = (0..n)
-        .map(|i| if component[i] as usize == target { 1.0 } else { 0.0 })
+        .map(|i| {
+            if component[i] as usize == target {
+                1.0
+            } else {
+                0.0
+            }
+        })
         .collect();
     let mut transient: Vec<usize> = (0..n).filter(|&i| !closed[component[i] as usize]).collect();
     // Sinks-first component order makes one sweep exact wherever the transient part is acyclic.
@@ -196,7 +202,11 @@ fn absorption_probability(
                     acc += p * h[j];
                 }
             }
-            let new = if diagonal < 1.0 { acc / (1.0 - diagonal) } else { 0.0 };
+            let new = if diagonal < 1.0 {
+                acc / (1.0 - diagonal)
+            } else {
+                0.0
+            };
             change += (new - h[i]).abs();
             h[i] = new;
         }
@@ -294,7 +304,11 @@ struct Aggregation {
 
 impl Aggregation {
     fn new(csr: Csr<'_>, members: &[u32], local: &[u32], global_group: &[u32]) -> Self {
-        let global_groups = global_group.iter().map(|&g| g as usize + 1).max().unwrap_or(0);
+        let global_groups = global_group
+            .iter()
+            .map(|&g| g as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut dense = vec![u32::MAX; global_groups];
         let mut groups = 0u32;
         let group: Vec<u32> = members
@@ -365,7 +379,11 @@ impl Aggregation {
         let mut in_edges: Vec<Vec<(u32, f64)>> = vec![Vec::new(); self.groups];
         let mut stay = vec![0.0; self.groups];
         for (&(g, h), &f) in self.edge_ends.iter().zip(&flow) {
-            let a = if mass[g as usize] > 0.0 { f / mass[g as usize] } else { 0.0 };
+            let a = if mass[g as usize] > 0.0 {
+                f / mass[g as usize]
+            } else {
+                0.0
+            };
             if g == h {
                 stay[g as usize] += a;
             } else {
@@ -377,7 +395,11 @@ impl Aggregation {
             let mut change = 0.0;
             for h in 0..self.groups {
                 let acc: f64 = in_edges[h].iter().map(|&(g, a)| xi[g as usize] * a).sum();
-                let new = if stay[h] < 1.0 { acc / (1.0 - stay[h]) } else { xi[h] };
+                let new = if stay[h] < 1.0 {
+                    acc / (1.0 - stay[h])
+                } else {
+                    xi[h]
+                };
                 change += (new - xi[h]).abs();
                 xi[h] = new;
             }
@@ -417,7 +439,10 @@ fn stationary_of_class(
         local[i as usize] = k as u32;
     }
     let system = ClassSystem::new(csr, members, &local);
-    let aggregation: Vec<Aggregation> = groups.iter().map(|g| Aggregation::new(csr, members, &local, g)).collect();
+    let aggregation: Vec<Aggregation> = groups
+        .iter()
+        .map(|g| Aggregation::new(csr, members, &local, g))
+        .collect();
     let mut pi = vec![1.0 / size as f64; size];
     let mut previous = pi.clone();
     let mut change = f64::INFINITY;
@@ -438,7 +463,13 @@ fn stationary_of_class(
         }
     }
     let residual = residual(csr, members, &local, &pi);
-    tracing::debug!(sweeps, states = size, change, residual, "stationary distribution solved");
+    tracing::debug!(
+        sweeps,
+        states = size,
+        change,
+        residual,
+        "stationary distribution solved"
+    );
     if change >= limits.tolerance || residual > limits.max_residual {
         return Err(TunerError::NotConverged {
             sweeps,
@@ -528,7 +559,8 @@ mod tests {
     #[test]
     fn transient_prefix_gets_no_mass() {
         // 0 -> 1 -> {2 <-> 3}.
-        let chain = Owned::from_rows(&[&[(1, 1.0)], &[(2, 1.0)], &[(3, 1.0)], &[(2, 0.5), (3, 0.5)]]);
+        let chain =
+            Owned::from_rows(&[&[(1, 1.0)], &[(2, 1.0)], &[(3, 1.0)], &[(2, 0.5), (3, 0.5)]]);
         let classes = recurrent_classes(chain.csr(), &[], SolverLimits::default()).unwrap();
         assert_eq!(classes.len(), 1);
         assert_eq!(classes[0].members, vec![2, 3]);

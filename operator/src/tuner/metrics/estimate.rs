@@ -77,16 +77,27 @@ impl MetricsEstimate {
         delta_ms: f64,
         concurrency: Option<usize>,
     ) -> Result<TunerInputs, TunerError> {
-        let credit = credit.or_else(|| self.credit_matrix()).ok_or_else(|| TunerError::MissingMetric {
-            metric: COMMITTED.into(),
-            detail: " (needed for the credit per step; pass --credit instead)".into(),
-        })?;
-        let n = concurrency.or(self.concurrency).ok_or_else(|| TunerError::MissingMetric {
-            metric: CONCURRENCY.into(),
-            detail: " or it is 0 (pass --concurrency instead)".into(),
-        })?;
-        TunerInputs::new(self.latency.clone(), self.transition.clone(), credit, delta_ms, n)?
-            .with_names(self.names.clone())
+        let credit =
+            credit
+                .or_else(|| self.credit_matrix())
+                .ok_or_else(|| TunerError::MissingMetric {
+                    metric: COMMITTED.into(),
+                    detail: " (needed for the credit per step; pass --credit instead)".into(),
+                })?;
+        let n = concurrency
+            .or(self.concurrency)
+            .ok_or_else(|| TunerError::MissingMetric {
+                metric: CONCURRENCY.into(),
+                detail: " or it is 0 (pass --concurrency instead)".into(),
+            })?;
+        TunerInputs::new(
+            self.latency.clone(),
+            self.transition.clone(),
+            credit,
+            delta_ms,
+            n,
+        )?
+        .with_names(self.names.clone())
     }
 }
 
@@ -103,7 +114,12 @@ impl Series {
             values: HashMap::new(),
         };
         for text in texts {
-            for Sample { name, mut labels, value } in parse_exposition(&text.source, &text.text)? {
+            for Sample {
+                name,
+                mut labels,
+                value,
+            } in parse_exposition(&text.source, &text.text)?
+            {
                 labels.sort();
                 let key = (name, labels);
                 match series.values.get_mut(&key) {
@@ -118,7 +134,10 @@ impl Series {
         Ok(series)
     }
 
-    fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = (&'a [(String, String)], f64)> + 'a {
+    fn named<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a [(String, String)], f64)> + 'a {
         self.order
             .iter()
             .filter(move |(n, _)| n == name)
@@ -127,10 +146,17 @@ impl Series {
 }
 
 fn label<'a>(labels: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    labels
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
 }
 
-fn required_label<'a>(labels: &'a [(String, String)], name: &str, metric: &str) -> Result<&'a str, TunerError> {
+fn required_label<'a>(
+    labels: &'a [(String, String)],
+    name: &str,
+    metric: &str,
+) -> Result<&'a str, TunerError> {
     label(labels, name).ok_or_else(|| TunerError::MissingMetric {
         metric: metric.into(),
         detail: format!(" label `{name}` on a series with labels {labels:?}"),
@@ -138,15 +164,21 @@ fn required_label<'a>(labels: &'a [(String, String)], name: &str, metric: &str) 
 }
 
 /// Estimates the tuner's inputs from the metrics of every subserver.
-pub fn estimate_from_metrics(texts: &[MetricsText], options: &EstimateOptions) -> Result<MetricsEstimate, TunerError> {
+pub fn estimate_from_metrics(
+    texts: &[MetricsText],
+    options: &EstimateOptions,
+) -> Result<MetricsEstimate, TunerError> {
     let series = Series::merge(texts)?;
     let names = model_order(&series, options)?;
     let m = names.len();
     let index = |name: &str, metric: &str| -> Result<usize, TunerError> {
-        names.iter().position(|n| n == name).ok_or_else(|| TunerError::InvalidInput {
-            field: "models".into(),
-            reason: format!("{metric} mentions model \"{name}\", which is not in {names:?}"),
-        })
+        names
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| TunerError::InvalidInput {
+                field: "models".into(),
+                reason: format!("{metric} mentions model \"{name}\", which is not in {names:?}"),
+            })
     };
 
     let mut counts = vec![vec![0.0; m]; m];
@@ -161,7 +193,10 @@ pub fn estimate_from_metrics(texts: &[MetricsText], options: &EstimateOptions) -
         let total: f64 = row.iter().sum();
         if total.is_nan() || total < options.min_transitions {
             return Err(TunerError::TooFewSamples {
-                what: format!("routing transitions from model \"{}\" ({TRANSITIONS})", names[from]),
+                what: format!(
+                    "routing transitions from model \"{}\" ({TRANSITIONS})",
+                    names[from]
+                ),
                 found: total,
                 required: options.min_transitions,
             });
@@ -184,7 +219,10 @@ pub fn estimate_from_metrics(texts: &[MetricsText], options: &EstimateOptions) -
             .collect();
         if points.is_empty() {
             return Err(TunerError::TooFewSamples {
-                what: format!("step latency of model \"{}\" (no batch bucket of {LATENCY_COUNT})", names[model]),
+                what: format!(
+                    "step latency of model \"{}\" (no batch bucket of {LATENCY_COUNT})",
+                    names[model]
+                ),
                 found: most,
                 required: options.min_latency_samples,
             });
@@ -216,7 +254,9 @@ pub fn estimate_from_metrics(texts: &[MetricsText], options: &EstimateOptions) -
         .named(CONCURRENCY)
         .map(|(_, v)| v)
         .filter(|v| v.is_finite())
-        .fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a.max(v))))
+        .fold(None, |acc: Option<f64>, v| {
+            Some(acc.map_or(v, |a| a.max(v)))
+        })
         .map(|v| v.round())
         .filter(|&v| v >= 1.0)
         .map(|v| v as usize);
@@ -261,12 +301,15 @@ fn model_order(series: &Series, options: &EstimateOptions) -> Result<Vec<String>
     Ok(names)
 }
 
-/// Per model: (batch bucket, latency sum in s, step count), ascending by bucket.
+/// One latency point: (batch bucket, latency sum in s, step count).
+type LatencyBucket = (usize, f64, f64);
+
+/// Per model: its latency buckets, ascending by bucket.
 fn latency_points(
     series: &Series,
     names: &[String],
     index: &dyn Fn(&str, &str) -> Result<usize, TunerError>,
-) -> Result<Vec<Vec<(usize, f64, f64)>>, TunerError> {
+) -> Result<Vec<Vec<LatencyBucket>>, TunerError> {
     let mut sums: HashMap<(usize, usize), f64> = HashMap::new();
     for (labels, value) in series.named(LATENCY_SUM) {
         let model = index(required_label(labels, "model", LATENCY_SUM)?, LATENCY_SUM)?;
@@ -275,16 +318,22 @@ fn latency_points(
     }
     let mut points = vec![Vec::new(); names.len()];
     for (labels, count) in series.named(LATENCY_COUNT) {
-        let model = index(required_label(labels, "model", LATENCY_COUNT)?, LATENCY_COUNT)?;
+        let model = index(
+            required_label(labels, "model", LATENCY_COUNT)?,
+            LATENCY_COUNT,
+        )?;
         let bucket = batch_bucket(labels, LATENCY_COUNT)?;
-        let sum = sums.get(&(model, bucket)).copied().ok_or_else(|| TunerError::MissingMetric {
-            metric: LATENCY_SUM.into(),
-            detail: format!(" for model \"{}\", batch_bucket \"{bucket}\"", names[model]),
-        })?;
+        let sum = sums
+            .get(&(model, bucket))
+            .copied()
+            .ok_or_else(|| TunerError::MissingMetric {
+                metric: LATENCY_SUM.into(),
+                detail: format!(" for model \"{}\", batch_bucket \"{bucket}\"", names[model]),
+            })?;
         points[model].push((bucket, sum, count));
     }
     for p in &mut points {
-        p.sort_by_key(|b: &(usize, f64, f64)| b.0);
+        p.sort_by_key(|b: &LatencyBucket| b.0);
         p.dedup_by_key(|b| b.0);
     }
     Ok(points)
@@ -318,14 +367,19 @@ tokenrouter:step_latency_seconds_sum{model=\"quick\",batch_bucket=\"16\"} 0.08\n
 tokenrouter:step_latency_seconds_count{model=\"quick\",batch_bucket=\"16\"} 5\n\
 tokenrouter:tokens_committed_total{model=\"quick\"} 650\n\
 tokenrouter:active_concurrency 4\n";
-        let reference = "tokenrouter:route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
+        let reference =
+            "tokenrouter:route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
 tokenrouter:step_latency_seconds_sum{model=\"reference\",batch_bucket=\"2\"} 2.79\n\
 tokenrouter:step_latency_seconds_count{model=\"reference\",batch_bucket=\"2\"} 100\n\
 tokenrouter:tokens_committed_total{model=\"reference\"} 350\n\
 tokenrouter:active_concurrency 3\n";
         MetricsText {
             source: name.into(),
-            text: if name == "quick" { quick.into() } else { reference.into() },
+            text: if name == "quick" {
+                quick.into()
+            } else {
+                reference.into()
+            },
         }
     }
 
@@ -360,7 +414,10 @@ tokenrouter:active_concurrency 3\n";
         assert_eq!(e.mean_credit, Some(vec![0.65, 1.0]));
         assert_eq!(e.concurrency, Some(4));
         let inputs = e.to_inputs(None, 0.1, None).unwrap();
-        assert_eq!(inputs.names(), &["quick".to_string(), "reference".to_string()]);
+        assert_eq!(
+            inputs.names(),
+            &["quick".to_string(), "reference".to_string()]
+        );
         assert!((inputs.mean_credit(0) - 0.65).abs() < 1e-12);
         assert_eq!(inputs.concurrency(), 4);
     }
@@ -381,7 +438,10 @@ tokenrouter:active_concurrency 3\n";
             ..options
         };
         let err = estimate_from_metrics(&texts, &options).unwrap_err();
-        assert!(err.to_string().contains("\"reference\", which is not in"), "{err}");
+        assert!(
+            err.to_string().contains("\"reference\", which is not in"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -393,7 +453,11 @@ tokenrouter:active_concurrency 3\n";
             ..EstimateOptions::default()
         };
         match estimate_from_metrics(&texts, &options).unwrap_err() {
-            TunerError::TooFewSamples { what, found, required } => {
+            TunerError::TooFewSamples {
+                what,
+                found,
+                required,
+            } => {
                 assert!(what.contains("\"reference\""), "{what}");
                 assert_eq!((found, required), (350.0, 400.0));
             }
@@ -405,9 +469,13 @@ tokenrouter:active_concurrency 3\n";
             ..EstimateOptions::default()
         };
         let err = estimate_from_metrics(&texts, &options).unwrap_err();
-        assert!(err.to_string().contains("step latency of model \"quick\""), "{err}");
+        assert!(
+            err.to_string().contains("step latency of model \"quick\""),
+            "{err}"
+        );
         // Without the reference subserver its row is empty.
-        let err = estimate_from_metrics(&[fixture("quick")], &EstimateOptions::default()).unwrap_err();
+        let err =
+            estimate_from_metrics(&[fixture("quick")], &EstimateOptions::default()).unwrap_err();
         assert!(err.to_string().contains("too few samples"), "{err}");
     }
 
@@ -439,9 +507,13 @@ tokenrouter:step_latency_seconds_count{model=\"b\",batch_bucket=\"1\"} 50\n"
         assert_eq!(e.concurrency, None);
         let err = e.to_inputs(None, 0.1, Some(2)).unwrap_err();
         assert!(err.to_string().contains("tokens_committed_total"), "{err}");
-        let err = e.to_inputs(Some(vec![vec![1.0; 2]; 2]), 0.1, None).unwrap_err();
+        let err = e
+            .to_inputs(Some(vec![vec![1.0; 2]; 2]), 0.1, None)
+            .unwrap_err();
         assert!(err.to_string().contains("active_concurrency"), "{err}");
-        let inputs = e.to_inputs(Some(vec![vec![1.0; 2]; 2]), 0.1, Some(2)).unwrap();
+        let inputs = e
+            .to_inputs(Some(vec![vec![1.0; 2]; 2]), 0.1, Some(2))
+            .unwrap();
         assert_eq!(inputs.slots(1, 1), 200);
     }
 }

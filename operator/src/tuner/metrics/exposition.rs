@@ -26,7 +26,10 @@ pub struct Sample {
 impl Sample {
     /// Value of label `name`, if present.
     pub fn label(&self, name: &str) -> Option<&str> {
-        self.labels.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.labels
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -64,7 +67,9 @@ fn parse_line(line: &str) -> Result<Sample, String> {
         rest = remaining;
     }
     let mut fields = rest.split_whitespace();
-    let value_text = fields.next().ok_or_else(|| format!("missing value in `{line}`"))?;
+    let value_text = fields
+        .next()
+        .ok_or_else(|| format!("missing value in `{line}`"))?;
     let value = parse_value(value_text).ok_or_else(|| format!("invalid value `{value_text}`"))?;
     if let Some(timestamp) = fields.next() {
         timestamp
@@ -81,8 +86,11 @@ fn parse_line(line: &str) -> Result<Sample, String> {
     })
 }
 
+/// Label pairs of one sample, in the order written.
+type Labels = Vec<(String, String)>;
+
 /// Parses `label="value",...}` and returns the labels and the text after `}`.
-fn parse_labels(mut text: &str) -> Result<(Vec<(String, String)>, &str), String> {
+fn parse_labels(mut text: &str) -> Result<(Labels, &str), String> {
     let mut labels = Vec::new();
     loop {
         text = text.trim_start();
@@ -168,7 +176,10 @@ weird{path=\"a\\\\b \\\"q\\\"\\n\",} NaN\n";
         ] {
             let err = parse_exposition("http://quick:9000/metrics", text).unwrap_err();
             let message = err.to_string();
-            assert!(message.contains("http://quick:9000/metrics, line 2"), "{message}");
+            assert!(
+                message.contains("http://quick:9000/metrics, line 2"),
+                "{message}"
+            );
             assert!(message.contains(needle), "{message}");
         }
     }

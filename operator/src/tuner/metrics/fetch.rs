@@ -62,7 +62,7 @@ mod tests {
             .unwrap();
         });
         let url = format!("http://127.0.0.1:{port}/metrics");
-        let texts = fetch_metrics(&[url.clone()], Duration::from_secs(5)).unwrap();
+        let texts = fetch_metrics(std::slice::from_ref(&url), Duration::from_secs(5)).unwrap();
         server.join().unwrap();
         assert_eq!(texts[0].source, url);
         assert_eq!(texts[0].text, "tokenrouter:active_concurrency 4\n");
@@ -74,9 +74,16 @@ mod tests {
         let port = listener.local_addr().unwrap().port();
         drop(listener);
         let url = format!("http://127.0.0.1:{port}/metrics");
-        let err = fetch_metrics(&[url.clone()], Duration::from_secs(2)).unwrap_err();
+        let err = fetch_metrics(std::slice::from_ref(&url), Duration::from_secs(2)).unwrap_err();
         assert!(err.to_string().contains(&url), "{err}");
-        let err = fetch_metrics(&["file:///nonexistent/metrics.txt".into()], Duration::from_secs(1)).unwrap_err();
-        assert!(err.to_string().contains("/nonexistent/metrics.txt"), "{err}");
+        let err = fetch_metrics(
+            &["file:///nonexistent/metrics.txt".into()],
+            Duration::from_secs(1),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/metrics.txt"),
+            "{err}"
+        );
     }
 }
