@@ -60,13 +60,9 @@ pub(crate) fn build_embedded_chain(
     check_packable(inputs)?;
     let models = inputs.models();
     let n = inputs.concurrency();
-    let outcomes: Vec<Vec<Outcomes>> = (0..models)
-        .map(|m| {
-            (0..=n)
-                .map(|b| multinomial_outcomes(&inputs.transition()[m], b))
-                .collect()
-        })
-        .collect();
+    // Routing outcomes per (model, batch), built on first use: with four models and a large
+    // N most batch sizes never end a step, and each list has O(b^3) entries.
+    let mut outcomes: Vec<Vec<Option<Outcomes>>> = vec![vec![None; n + 1]; models];
     let start_steps = |s: PackedState| -> PackedState {
         let mut s = s;
         for (m, &threshold) in thresholds.iter().enumerate() {
@@ -89,7 +85,7 @@ pub(crate) fn build_embedded_chain(
     let mut index: StateMap<u32> = StateMap::default();
     index.insert(initial, 0);
     let mut row: Vec<(u32, f64)> = Vec::new();
-    let mut ending: Vec<&Outcomes> = Vec::with_capacity(models);
+    let mut ending_steps: Vec<(usize, usize)> = Vec::with_capacity(models);
     let mut cursor: Vec<usize> = vec![0; models];
     let mut i = 0;
     while i < chain.states.len() {
@@ -105,24 +101,34 @@ pub(crate) fn build_embedded_chain(
             })?;
         // Count down every running step; the ones reaching zero end and become idle.
         let mut base = s;
-        ending.clear();
+        ending_steps.clear();
         for m in 0..models {
             let r = s.remaining(m);
             if r == dt {
                 base = base.with_model(m, s.waiting(m), 0, 0);
-                ending.push(&outcomes[m][s.batch(m)]);
+                ending_steps.push((m, s.batch(m)));
             } else if r > dt {
                 base = base.with_model(m, s.waiting(m), s.batch(m), r - dt);
             }
         }
+        for &(m, b) in &ending_steps {
+            if outcomes[m][b].is_none() {
+                outcomes[m][b] = Some(multinomial_outcomes(&inputs.transition()[m], b));
+            }
+        }
+        let outcome_list = |k: usize| -> &[(u128, f64)] {
+            let (m, b) = ending_steps[k];
+            outcomes[m][b].as_deref().unwrap_or(&[])
+        };
+        let ending = ending_steps.len();
         // Every combination of routing outcomes of the ending steps.
         row.clear();
-        cursor[..ending.len()].fill(0);
+        cursor[..ending].fill(0);
         loop {
             let mut increment = 0u128;
             let mut p = 1.0;
-            for (k, list) in ending.iter().enumerate() {
-                let (inc, q) = list[cursor[k]];
+            for (k, &at) in cursor[..ending].iter().enumerate() {
+                let (inc, q) = outcome_list(k)[at];
                 increment += inc;
                 p *= q;
             }
@@ -142,15 +148,15 @@ pub(crate) fn build_embedded_chain(
             row.push((id, p));
             // Advance the odometer over the ending steps' outcome lists.
             let mut k = 0;
-            while k < ending.len() {
+            while k < ending {
                 cursor[k] += 1;
-                if cursor[k] < ending[k].len() {
+                if cursor[k] < outcome_list(k).len() {
                     break;
                 }
                 cursor[k] = 0;
                 k += 1;
             }
-            if k == ending.len() {
+            if k == ending {
                 break;
             }
         }

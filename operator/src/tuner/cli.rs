@@ -385,7 +385,11 @@ mod tests {
         assert_eq!(inputs.slots(1, 1), 279);
         assert!((inputs.mean_credit(0) - 0.65).abs() < 1e-12);
         assert_eq!(inputs.names()[1], "reference");
-        run(a).unwrap();
+        let text = report(&a).unwrap();
+        assert!(
+            text.starts_with("N=4   B*=[1, 3]  207.95 tok/s (exact)  runner-up [2, 3]"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -291,7 +291,11 @@ impl TunerInputs {
     pub fn entry_model(&self) -> usize {
         self.entry_model
     }
-    /// Step length of model `model` with `batch` requests, in slots (`1 <= batch <= N`).
+    /// Step length of model `model` with `batch` requests, in slots.
+    ///
+    /// # Panics
+    /// If `model >= M` or `batch > N` (a caller bug, not bad input: the solvers only ask for
+    /// batches they formed from N requests).
     pub fn slots(&self, model: usize, batch: usize) -> u32 {
         self.slots[model][batch]
     }
