@@ -67,9 +67,10 @@ pub struct TuneArgs {
     /// Search strategy for B*.
     #[arg(long, value_enum, default_value_t = SearchStrategy::Auto)]
     pub search: SearchStrategy,
-    /// Largest N^M that `--search auto` searches exhaustively.
-    #[arg(long, default_value_t = 256)]
-    pub exhaustive_limit: usize,
+    /// Largest N^M that `--search auto` searches exhaustively
+    /// (default: 256 with two models, 64 with three or more).
+    #[arg(long)]
+    pub exhaustive_limit: Option<usize>,
     /// Most reachable states per vector; larger vectors are skipped (and counted).
     #[arg(long, default_value_t = DEFAULT_MAX_STATES)]
     pub max_states: usize,

@@ -29,7 +29,7 @@
 //! sweeps, each preceded by aggregation-disaggregation corrections: one lumps states with
 //! equal step phases (slow mode: how the models' steps line up) and, with two models, one
 //! lumps states with equal request counts (slow mode: how requests split over models).
-//! Convergence is declared on an L1 change below 1e-12 and checked by the residual
+//! Convergence is declared on an L1 change below 1e-10 and checked by the residual
 //! `|pi P - pi|_1 <= 1e-9`.
 //!
 //! [`predict_slotwise`] is the literal slot-by-slot chain (power iteration on the lazy chain),

@@ -56,7 +56,7 @@ impl Scored for SimulationReport {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum SearchStrategy {
-    /// Exhaustive when `N^M <= exhaustive_limit`, local otherwise.
+    /// Exhaustive when `N^M` is at most the exhaustive limit, local otherwise.
     Auto,
     /// Every vector of `{1..N}^M`.
     Exhaustive,
@@ -69,8 +69,10 @@ pub enum SearchStrategy {
 pub struct SearchOptions {
     /// Strategy.
     pub strategy: SearchStrategy,
-    /// Largest `N^M` that [`SearchStrategy::Auto`] searches exhaustively.
-    pub exhaustive_limit: usize,
+    /// Largest `N^M` that [`SearchStrategy::Auto`] searches exhaustively; `None`: 256 with
+    /// two models (N <= 16), 64 with three or more (N <= 4 for three), whose chains are two
+    /// orders of magnitude larger.
+    pub exhaustive_limit: Option<usize>,
     /// Options of the exact solver.
     pub solve: SolveOptions,
     /// Worker threads evaluating vectors.
@@ -85,7 +87,7 @@ impl Default for SearchOptions {
     fn default() -> Self {
         SearchOptions {
             strategy: SearchStrategy::Auto,
-            exhaustive_limit: 256,
+            exhaustive_limit: None,
             solve: SolveOptions::default(),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             keep_all: false,
@@ -201,10 +203,11 @@ where
     let n = inputs.concurrency();
     let m = inputs.models();
     let grid = (n as f64).powi(m as i32);
+    let limit = options
+        .exhaustive_limit
+        .unwrap_or(if m <= 2 { 256 } else { 64 });
     let strategy = match options.strategy {
-        SearchStrategy::Auto if grid <= options.exhaustive_limit as f64 => {
-            SearchStrategy::Exhaustive
-        }
+        SearchStrategy::Auto if grid <= limit as f64 => SearchStrategy::Exhaustive,
         SearchStrategy::Auto => SearchStrategy::Local,
         other => other,
     };

@@ -60,7 +60,7 @@ pub(crate) struct SolverLimits {
 impl Default for SolverLimits {
     fn default() -> Self {
         SolverLimits {
-            tolerance: 1e-12,
+            tolerance: 1e-10,
             max_residual: 1e-9,
             max_sweeps: 20_000,
         }
