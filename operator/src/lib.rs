@@ -1,3 +1,4 @@
 //! The delayed-batching tuner now; the Kubernetes controller later.
+#![warn(missing_docs)]
 
 pub mod tuner;
