@@ -30,7 +30,7 @@ SMOLLM2      := $(MODELS)/smollm2-135m
 SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref lint bench bench-engine clean-models
+.PHONY: build run test assets venv venv-ref lint bench bench-engine bench-runtime bench-tuner clean-models
 
 # --- Python environments -----------------------------------------------------
 
@@ -98,9 +98,17 @@ lint:
 test: assets venv-ref lint
 	cargo test --release --workspace --all-targets
 
-bench: bench-engine
+bench: bench-engine bench-runtime bench-tuner
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
 	$(TARGET_DIR)/release/examples/bench_engine --model $(SMOLLM2) --python $(PY) \
 	  --out $(ROOT)/docs/results/engine.md
+
+bench-runtime: build
+	cargo build --release --example bench_runtime
+	$(TARGET_DIR)/release/examples/bench_runtime --out $(ROOT)/docs/results/runtime.md
+
+bench-tuner: build
+	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
+	  --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency 1..16
