@@ -34,7 +34,13 @@ fn inputs(n: usize) -> Result<TunerInputs> {
     )?)
 }
 
-fn bench(args: &Args, mode: BenchMode, n: usize, thresholds: &[usize], per_token: [f64; 2]) -> Result<SimBenchReport> {
+fn bench(
+    args: &Args,
+    mode: BenchMode,
+    n: usize,
+    thresholds: &[usize],
+    per_token: [f64; 2],
+) -> Result<SimBenchReport> {
     Ok(run(&SimBenchOptions {
         mode,
         concurrency: n,
@@ -65,7 +71,8 @@ fn row(label: &str, r: &SimBenchReport) -> String {
 fn main() -> Result<()> {
     let args = Args::parse();
     let mut doc = String::new();
-    let header = "| run | tok/s | large share | steps per model | mean batch |\n|---|---:|---:|---|---|\n";
+    let header =
+        "| run | tok/s | large share | steps per model | mean batch |\n|---|---:|---:|---|---|\n";
 
     // 1. Measured against the chain's prediction.
     let mut pred_rows = String::from("| N | thresholds | predicted tok/s | measured tok/s | measured / predicted |\n|---:|---|---:|---:|---:|\n");
@@ -98,7 +105,13 @@ fn main() -> Result<()> {
         eprint!("{}", row(&label, &r));
         modes.push((mode, r.throughput_tok_s));
     }
-    let tput = |m: BenchMode| modes.iter().find(|x| x.0 == m).map(|x| x.1).unwrap_or(f64::NAN);
+    let tput = |m: BenchMode| {
+        modes
+            .iter()
+            .find(|x| x.0 == m)
+            .map(|x| x.1)
+            .unwrap_or(f64::NAN)
+    };
     let (ad, a, l, s, std) = (
         tput(BenchMode::AsyncDelayed),
         tput(BenchMode::Async),
@@ -111,8 +124,14 @@ fn main() -> Result<()> {
     let cost = [0.05, 0.25];
     let r_async_cost = bench(&args, BenchMode::Async, 8, &[1, 1], cost)?;
     let r_std_cost = bench(&args, BenchMode::StdServing, 8, &[1, 1], cost)?;
-    runs.push_str(&row("Async N=8, KV cost 0.05/0.25 ms per token", &r_async_cost));
-    runs.push_str(&row("StdServing N=8, KV cost 0.05/0.25 ms per token", &r_std_cost));
+    runs.push_str(&row(
+        "Async N=8, KV cost 0.05/0.25 ms per token",
+        &r_async_cost,
+    ));
+    runs.push_str(&row(
+        "StdServing N=8, KV cost 0.05/0.25 ms per token",
+        &r_std_cost,
+    ));
 
     // 4. Scaling from 1 to 16 with the tuner's thresholds.
     let b1 = best(&inputs(1)?)?.best.thresholds.clone();

@@ -25,6 +25,8 @@ enum Command {
     GenRandom(cli::assets::GenRandomArgs),
     /// Measure the routed runtime on the simulated backend (JSON for scripts).
     SimBench(cli::sim_bench::SimBenchArgs),
+    /// The Std. Serving baseline: single-model servers and a one-token-per-call forwarder.
+    StdServing(cli::std_serving::StdServingArgs),
     /// Pick delayed-batching thresholds with the Markov-chain model.
     Tune(operator::tuner::cli::TuneArgs),
 }
@@ -45,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Command::DeriveEarlyExit(args) => cli::assets::run_derive_early_exit(args),
         Command::GenRandom(args) => cli::assets::run_gen_random(args),
         Command::SimBench(args) => cli::sim_bench::run(args),
+        Command::StdServing(args) => cli::std_serving::run(args),
         Command::Tune(args) => operator::tuner::cli::run(args).map_err(anyhow::Error::from),
     };
     match result {

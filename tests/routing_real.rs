@@ -144,3 +144,27 @@ fn mixed_routing_is_deterministic_and_accounts_every_token_once() {
         "both models must write"
     );
 }
+
+#[test]
+fn std_serving_cli_forwards_one_token_per_call() {
+    let config = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("config/random.yaml");
+    let out = std::process::Command::new(common::binary())
+        .args(["std-serving", "--config"])
+        .arg(&config)
+        .args(["--prompt", "The capital of France is", "--max-tokens", "10"])
+        .env("TOKENROUTER_CACHE", common::cache_dir())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr.lines().find(|l| l.contains("one call per token")).expect("summary line");
+    assert!(line.starts_with("10 tokens"), "{line}");
+    let counts: usize = line
+        .rsplit(": ")
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|kv| kv.split('=').nth(1).unwrap().parse::<usize>().unwrap())
+        .sum();
+    assert_eq!(counts, 10, "every token has one writer: {line}");
+}

@@ -3,3 +3,4 @@
 pub mod assets;
 pub mod generate;
 pub mod sim_bench;
+pub mod std_serving;

@@ -17,6 +17,61 @@ pub struct StdServers {
     pub servers: Vec<Group>,
 }
 
+impl StdServers {
+    /// One ordinary single-model server per model of `cfg` (each a one-member
+    /// group running the `Single` policy, eager steps), and the forwarding
+    /// rule from the config's policy. Only Bernoulli routing (`Random`) is
+    /// available to the forwarder so far.
+    pub fn from_config(
+        cfg: &crate::config::EngineConfig,
+    ) -> Result<
+        (Self, ForwardRule, Option<crate::tokenizer::TextTokenizer>),
+        crate::service::ServiceError,
+    > {
+        use crate::service::ServiceError;
+        let name = cfg.policy().name.as_str();
+        if !matches!(name, "Random" | "Bernoulli") {
+            return Err(ServiceError::Unsupported(format!(
+                "std-serving forwards with Bernoulli routing; scheduler_class `{name}` is not available to it"
+            )));
+        }
+        let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
+        let probability = crate::policy::kwarg_f64(&kwargs, "probability")?.unwrap_or(0.5);
+        let seed = crate::policy::kwarg_u64(&kwargs, "seed")?.unwrap_or(0);
+        let entry = cfg.entry_index();
+        let large = crate::policy::kwarg_u64(&kwargs, "target")?
+            .map(|t| t as usize)
+            .unwrap_or(cfg.models().len().saturating_sub(1));
+        let mut servers = Vec::new();
+        let mut tokenizer = None;
+        for i in 0..cfg.models().len() {
+            let (runner, tok) = crate::service::build::runner(cfg, i, i == entry)?;
+            if i == entry {
+                tokenizer = tok;
+            }
+            let member = crate::scheduler::group::MemberSpec {
+                name: cfg.models()[i].name.clone(),
+                runner,
+                policy: Box::new(crate::policy::single::SinglePolicy),
+                tokenizer: None,
+                thresholds: vec![1],
+            };
+            let settings = crate::scheduler::group::GroupSettings {
+                mode: crate::config::ExecutionMode::Async,
+                ..crate::scheduler::group::GroupSettings::default()
+            };
+            servers.push(Group::start(vec![member], settings));
+        }
+        let rule = ForwardRule {
+            probability,
+            seed,
+            small: entry,
+            large,
+        };
+        Ok((Self { servers }, rule, tokenizer))
+    }
+}
+
 /// The routing rule the forwarder applies: R2R hand-over with a Bernoulli signal.
 #[derive(Debug, Clone, Copy)]
 pub struct ForwardRule {

@@ -260,3 +260,68 @@ impl Decoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use tch::{Device, Kind, Tensor};
+
+    use super::Decoder;
+    use crate::error::EngineError;
+    use crate::model::weights::Weights;
+    use crate::runner::testing::{random_weights, tiny_config};
+
+    fn build(
+        edit: impl FnOnce(&mut std::collections::HashMap<String, Tensor>),
+    ) -> Result<Decoder, EngineError> {
+        let cfg = tiny_config();
+        let mut w = random_weights(&cfg, 1);
+        edit(&mut w);
+        Decoder::new(
+            &cfg,
+            Weights::from_map(Path::new("m"), w),
+            Kind::Float,
+            Device::Cpu,
+        )
+    }
+
+    #[test]
+    fn a_missing_tensor_is_named() {
+        let err = build(|w| {
+            w.remove("model.layers.1.mlp.up_proj.weight");
+        })
+        .err()
+        .unwrap();
+        assert!(
+            matches!(err, EngineError::MissingTensor { ref name, .. } if name == "model.layers.1.mlp.up_proj.weight")
+        );
+        assert!(err
+            .to_string()
+            .contains("model.layers.1.mlp.up_proj.weight"));
+    }
+
+    #[test]
+    fn a_wrong_shape_is_named_with_both_shapes() {
+        let err = build(|w| {
+            w.insert(
+                "model.layers.0.self_attn.k_proj.weight".into(),
+                Tensor::zeros([3, 32], (Kind::Float, Device::Cpu)),
+            );
+        })
+        .err()
+        .unwrap();
+        let msg = err.to_string();
+        assert!(
+            msg.contains("model.layers.0.self_attn.k_proj.weight")
+                && msg.contains("[3, 32]")
+                && msg.contains("[16, 32]"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn builds_from_complete_weights() {
+        assert!(build(|_| {}).is_ok());
+    }
+}

@@ -28,59 +28,7 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
     let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
     let mut out = Vec::with_capacity(n);
     for (i, spec) in cfg.models().iter().enumerate() {
-        let model_err = |source| ServiceError::Model {
-            model: spec.name.clone(),
-            source,
-        };
-        let (runner, tokenizer): (Box<dyn ModelRunner>, Option<TextTokenizer>) = match cfg.backend()
-        {
-            Backend::Tch => {
-                let path = spec.path.clone().ok_or_else(|| {
-                    ServiceError::Unsupported(format!(
-                        "model `{}` has no path (backend tch)",
-                        spec.name
-                    ))
-                })?;
-                let opts = TchRunnerOptions {
-                    model_dir: path.clone(),
-                    device: spec.device.into(),
-                    dtype: spec.dtype,
-                    block_size: cfg.system().block_size,
-                    kv_budget: spec.kv_budget,
-                    enable_prefix_cache: cfg.system().enable_prefix_cache,
-                };
-                let runner = TchRunner::load(&opts).map_err(model_err)?;
-                let tokenizer = if i == entry {
-                    Some(TextTokenizer::from_dir(&path).map_err(|e| model_err(e.into()))?)
-                } else {
-                    None
-                };
-                (Box::new(runner), tokenizer)
-            }
-            Backend::Sim => {
-                let sim = spec.sim.clone().ok_or_else(|| {
-                    ServiceError::Unsupported(format!(
-                        "model `{}` has no sim settings (backend sim)",
-                        spec.name
-                    ))
-                })?;
-                let kv_tokens = match spec.kv_budget {
-                    KvBudget::Tokens(t) => t,
-                    KvBudget::Fraction(_) => SIM_DEFAULT_KV_TOKENS,
-                };
-                let runner = SimRunner::new(
-                    &spec.name,
-                    sim.vocab_size,
-                    vec![],
-                    Box::new(sim.latency_ms),
-                    kv_tokens,
-                    cfg.system().block_size,
-                    cfg.sim().seed.wrapping_add(i as u64),
-                )
-                .map_err(model_err)?;
-                (Box::new(runner), None)
-            }
-        };
+        let (runner, tokenizer) = runner(cfg, i, i == entry)?;
         let at = Placement {
             model: i as u16,
             num_models: n,
@@ -100,6 +48,68 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
         });
     }
     Ok(out)
+}
+
+/// The runner of model `i` (and its tokenizer when asked and the backend has one).
+pub fn runner(
+    cfg: &EngineConfig,
+    i: usize,
+    with_tokenizer: bool,
+) -> Result<(Box<dyn ModelRunner>, Option<TextTokenizer>), ServiceError> {
+    let spec = &cfg.models()[i];
+    let model_err = |source| ServiceError::Model {
+        model: spec.name.clone(),
+        source,
+    };
+    let (runner, tokenizer): (Box<dyn ModelRunner>, Option<TextTokenizer>) = match cfg.backend() {
+        Backend::Tch => {
+            let path = spec.path.clone().ok_or_else(|| {
+                ServiceError::Unsupported(format!(
+                    "model `{}` has no path (backend tch)",
+                    spec.name
+                ))
+            })?;
+            let opts = TchRunnerOptions {
+                model_dir: path.clone(),
+                device: spec.device.into(),
+                dtype: spec.dtype,
+                block_size: cfg.system().block_size,
+                kv_budget: spec.kv_budget,
+                enable_prefix_cache: cfg.system().enable_prefix_cache,
+            };
+            let runner = TchRunner::load(&opts).map_err(model_err)?;
+            let tokenizer = if with_tokenizer {
+                Some(TextTokenizer::from_dir(&path).map_err(|e| model_err(e.into()))?)
+            } else {
+                None
+            };
+            (Box::new(runner), tokenizer)
+        }
+        Backend::Sim => {
+            let sim = spec.sim.clone().ok_or_else(|| {
+                ServiceError::Unsupported(format!(
+                    "model `{}` has no sim settings (backend sim)",
+                    spec.name
+                ))
+            })?;
+            let kv_tokens = match spec.kv_budget {
+                KvBudget::Tokens(t) => t,
+                KvBudget::Fraction(_) => SIM_DEFAULT_KV_TOKENS,
+            };
+            let runner = SimRunner::new(
+                &spec.name,
+                sim.vocab_size,
+                vec![],
+                Box::new(sim.latency_ms),
+                kv_tokens,
+                cfg.system().block_size,
+                cfg.sim().seed.wrapping_add(i as u64),
+            )
+            .map_err(model_err)?;
+            (Box::new(runner), None)
+        }
+    };
+    Ok((runner, tokenizer))
 }
 
 /// Group-wide settings from `cfg`.

@@ -1,0 +1,72 @@
+//! `tokenrouter std-serving`: the Std. Serving baseline as a command. One
+//! ordinary single-model server per model, and an external forwarder that
+//! asks for one token per call and routes with the config's Bernoulli rule.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use subserver::bench::forwarder::{generate, StdServers};
+use subserver::config::EngineConfig;
+use subserver::sampling::SamplingParams;
+
+/// Arguments of `std-serving`.
+#[derive(Debug, clap::Args)]
+pub struct StdServingArgs {
+    /// Group config (YAML); its models become independent servers.
+    #[arg(long)]
+    config: PathBuf,
+    /// Raw prompt text.
+    #[arg(long)]
+    prompt: String,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Seed of the routing draws for this request.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+/// Runs `std-serving`.
+pub fn run(args: StdServingArgs) -> Result<()> {
+    let cfg = EngineConfig::from_file(&args.config)?;
+    let (servers, rule, tokenizer) = StdServers::from_config(&cfg)?;
+    let tokenizer = tokenizer.context("std-serving needs a text tokenizer: use backend tch (sim-bench --mode std_serving measures the simulated backend)")?;
+    let prompt = tokenizer.encode(&args.prompt, true)?;
+    let mut decoder = tokenizer.incremental_decoder(true);
+    let mut by_model = vec![0usize; cfg.models().len()];
+    let mut stdout = std::io::stdout().lock();
+    let t0 = Instant::now();
+    let params = SamplingParams::greedy(1);
+    let out = generate(
+        &servers,
+        rule,
+        args.seed,
+        &prompt,
+        args.max_tokens,
+        &params,
+        |token, writer| {
+            by_model[writer] += 1;
+            if let Ok(text) = decoder.push(token) {
+                let _ = write!(stdout, "{text}");
+                let _ = stdout.flush();
+            }
+            true
+        },
+    )?;
+    writeln!(stdout, "{}", decoder.flush().unwrap_or_default())?;
+    let names: Vec<String> = cfg.models().iter().map(|m| m.name.clone()).collect();
+    let shares: Vec<String> = names
+        .iter()
+        .zip(&by_model)
+        .map(|(n, c)| format!("{n}={c}"))
+        .collect();
+    eprintln!(
+        "{} tokens in {:.2}s, one call per token; tokens by model: {}",
+        out.len(),
+        t0.elapsed().as_secs_f64(),
+        shares.join(", ")
+    );
+    Ok(())
+}
