@@ -157,7 +157,10 @@ fn std_serving_cli_forwards_one_token_per_call() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    let line = stderr.lines().find(|l| l.contains("one call per token")).expect("summary line");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("one call per token"))
+        .expect("summary line");
     assert!(line.starts_with("10 tokens"), "{line}");
     let counts: usize = line
         .rsplit(": ")
