@@ -25,6 +25,8 @@ enum Command {
     GenRandom(cli::assets::GenRandomArgs),
     /// Measure the routed runtime on the simulated backend (JSON for scripts).
     SimBench(cli::sim_bench::SimBenchArgs),
+    /// Serve one model of a group in this process (TCP to the other models).
+    Subserver(cli::subserver::SubserverArgs),
     /// The Std. Serving baseline: single-model servers and a one-token-per-call forwarder.
     StdServing(cli::std_serving::StdServingArgs),
     /// Pick delayed-batching thresholds with the Markov-chain model.
@@ -47,6 +49,7 @@ fn main() -> std::process::ExitCode {
         Command::DeriveEarlyExit(args) => cli::assets::run_derive_early_exit(args),
         Command::GenRandom(args) => cli::assets::run_gen_random(args),
         Command::SimBench(args) => cli::sim_bench::run(args),
+        Command::Subserver(args) => cli::subserver::run(args),
         Command::StdServing(args) => cli::std_serving::run(args),
         Command::Tune(args) => operator::tuner::cli::run(args).map_err(anyhow::Error::from),
     };

@@ -4,3 +4,4 @@ pub mod assets;
 pub mod generate;
 pub mod sim_bench;
 pub mod std_serving;
+pub mod subserver;

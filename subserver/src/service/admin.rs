@@ -86,3 +86,63 @@ impl AdminApi for GroupAdmin {
         serde_json::json!({ "active": self.group.active(), "models": models })
     }
 }
+
+/// `AdminApi` over one model's process.
+pub struct MemberAdmin {
+    member: Arc<crate::scheduler::member::MemberProcess>,
+}
+
+impl MemberAdmin {
+    /// Serves `member`.
+    pub fn new(member: Arc<crate::scheduler::member::MemberProcess>) -> Self {
+        Self { member }
+    }
+
+    fn name(&self) -> String {
+        self.member.names()[self.member.index() as usize].clone()
+    }
+}
+
+impl AdminApi for MemberAdmin {
+    fn healthy(&self) -> Result<(), String> {
+        if !self.member.is_alive() {
+            return Err("the scheduler has stopped".into());
+        }
+        let down: Vec<&str> = (0..self.member.names().len() as u16)
+            .filter(|&m| !self.member.peer_up(m))
+            .map(|m| self.member.names()[m as usize].as_str())
+            .collect();
+        if down.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("peers unreachable: {}", down.join(", ")))
+        }
+    }
+
+    fn thresholds(&self) -> ThresholdTable {
+        [(self.name(), self.member.stats().threshold_table)]
+            .into_iter()
+            .collect()
+    }
+
+    fn set_thresholds(&self, t: ThresholdTable) -> Result<ThresholdTable, String> {
+        let me = self.name();
+        for (name, table) in t {
+            if name != me {
+                return Err(format!("this process serves `{me}`, not `{name}`"));
+            }
+            if table.is_empty() || table.contains(&0) {
+                return Err(format!(
+                    "{name}: thresholds must be a non-empty list of values >= 1"
+                ));
+            }
+            self.member.set_thresholds(table.clone());
+            return Ok([(me, table)].into_iter().collect());
+        }
+        Ok(self.thresholds())
+    }
+
+    fn snapshot(&self) -> serde_json::Value {
+        serde_json::json!({ "model": self.name(), "stats": self.member.stats() })
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod build;
+pub mod member;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,0 +1,106 @@
+//! One model per process: a [`MemberProcess`] built from the group's config
+//! (which must use the TCP transport), with its HTTP surface.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus::Registry;
+
+use crate::config::{EngineConfig, TransportConfig};
+use crate::http::SubserverHttp;
+use crate::metrics::SubserverMetrics;
+use crate::peer::tcp::{resolve_addresses, TcpOptions};
+use crate::policy::{self, Placement};
+use crate::scheduler::group::MemberSpec;
+use crate::scheduler::member::MemberProcess;
+use crate::service::{admin::MemberAdmin, build, ServiceError};
+
+/// A running model process. Dropping it stops HTTP, then the scheduler.
+pub struct MemberService {
+    http: Option<SubserverHttp>,
+    member: Arc<MemberProcess>,
+}
+
+impl MemberService {
+    /// Starts model `name` of `cfg` (transport tcp), serving `/metrics`,
+    /// `/health` and `/admin/*` at `admin` when given.
+    pub fn start(
+        cfg: &EngineConfig,
+        name: &str,
+        admin: Option<SocketAddr>,
+    ) -> Result<Self, ServiceError> {
+        let TransportConfig::Tcp(tcp) = cfg.transport() else {
+            return Err(ServiceError::Unsupported(
+                "one model per process needs `transport: {kind: tcp, addresses: ...}`".into(),
+            ));
+        };
+        let index = cfg.model_index(name).ok_or_else(|| {
+            ServiceError::Unsupported(format!(
+                "no model `{name}` in the config (models: {})",
+                cfg.model_names().join(", ")
+            ))
+        })?;
+        let entry = cfg.entry_index();
+        let (runner, tokenizer) = build::runner(cfg, index, index == entry)?;
+        let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
+        let at = Placement {
+            model: index as u16,
+            num_models: cfg.models().len(),
+            entry: entry as u16,
+        };
+        let member = MemberSpec {
+            name: name.to_string(),
+            runner,
+            policy: policy::build(cfg.policy().name.as_str(), &kwargs, at)?,
+            tokenizer,
+            thresholds: cfg
+                .thresholds()
+                .for_model(index)
+                .map(<[usize]>::to_vec)
+                .unwrap_or_else(|| vec![1]),
+        };
+        let settings = build::settings(cfg)?;
+        let addresses = resolve_addresses(&tcp.addresses)
+            .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
+        let registry = Registry::new();
+        let metrics = SubserverMetrics::new(&registry)?;
+        let names = cfg.models().iter().map(|m| m.name.clone()).collect();
+        let member = Arc::new(
+            MemberProcess::start(
+                member,
+                index as u16,
+                names,
+                &settings,
+                addresses,
+                TcpOptions::from_config(tcp),
+                Some(&metrics),
+            )
+            .map_err(|e| ServiceError::Unsupported(format!("transport: {e}")))?,
+        );
+        let http = match admin {
+            Some(addr) => Some(SubserverHttp::start(
+                addr,
+                Arc::new(MemberAdmin::new(member.clone())),
+                registry,
+            )?),
+            None => None,
+        };
+        Ok(Self { http, member })
+    }
+
+    /// The model process (submit at the entry, stats).
+    pub fn member(&self) -> &Arc<MemberProcess> {
+        &self.member
+    }
+
+    /// Where the HTTP surface listens.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(|h| h.local_addr())
+    }
+}
+
+impl Drop for MemberService {
+    fn drop(&mut self) {
+        self.http.take();
+    }
+}
