@@ -127,19 +127,19 @@ impl AdminApi for MemberAdmin {
 
     fn set_thresholds(&self, t: ThresholdTable) -> Result<ThresholdTable, String> {
         let me = self.name();
-        for (name, table) in t {
-            if name != me {
-                return Err(format!("this process serves `{me}`, not `{name}`"));
-            }
-            if table.is_empty() || table.contains(&0) {
-                return Err(format!(
-                    "{name}: thresholds must be a non-empty list of values >= 1"
-                ));
-            }
-            self.member.set_thresholds(table.clone());
-            return Ok([(me, table)].into_iter().collect());
+        if let Some(other) = t.keys().find(|n| **n != me) {
+            return Err(format!("this process serves `{me}`, not `{other}`"));
         }
-        Ok(self.thresholds())
+        let Some(table) = t.get(&me) else {
+            return Ok(self.thresholds());
+        };
+        if table.is_empty() || table.contains(&0) {
+            return Err(format!(
+                "{me}: thresholds must be a non-empty list of values >= 1"
+            ));
+        }
+        self.member.set_thresholds(table.clone());
+        Ok([(me, table.clone())].into_iter().collect())
     }
 
     fn snapshot(&self) -> serde_json::Value {
