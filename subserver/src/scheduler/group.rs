@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::engine::EngineLimits;
 use crate::metrics::SubserverMetrics;
@@ -18,7 +18,7 @@ use crate::peer::transport::{Deliver, PeerSender};
 use crate::runner::ModelRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
-use crate::scheduler::client::{GenerateReq, StreamEvent};
+use crate::scheduler::client::StreamEvent;
 use crate::scheduler::core::{Scheduler, SchedulerConfig};
 use crate::scheduler::inbox::{inbox, Inbound, InboxSender};
 use crate::scheduler::policy::RoutingPolicy;
@@ -216,21 +216,15 @@ impl Group {
         params: SamplingParams,
     ) -> (Rid, UnboundedReceiver<StreamEvent>) {
         let rid = self.next_rid.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = unbounded_channel();
-        let req = GenerateReq {
+        (
             rid,
-            prompt,
-            params,
-            sink: tx,
-        };
-        if let Err(std::sync::mpsc::SendError(Inbound::Generate(req))) =
-            self.inboxes[self.entry as usize].send(Inbound::Generate(req))
-        {
-            let _ = req.sink.send(StreamEvent::Failed(
-                crate::scheduler::client::RequestError::Shutdown,
-            ));
-        }
-        (rid, rx)
+            crate::scheduler::inbox::submit(
+                &self.inboxes[self.entry as usize],
+                rid,
+                prompt,
+                params,
+            ),
+        )
     }
 
     /// Cancels a request (client gone): every model frees it.

@@ -34,3 +34,25 @@ pub type InboxReceiver = mpsc::Receiver<Inbound>;
 pub fn inbox() -> (InboxSender, InboxReceiver) {
     mpsc::channel()
 }
+
+/// Queues a new request on `inbox`; its events arrive on the returned
+/// receiver (a `Shutdown` failure at once when the scheduler is gone).
+pub fn submit(
+    inbox: &InboxSender,
+    rid: crate::peer::message::Rid,
+    prompt: Vec<u32>,
+    params: crate::sampling::SamplingParams,
+) -> tokio::sync::mpsc::UnboundedReceiver<crate::scheduler::client::StreamEvent> {
+    use crate::scheduler::client::{RequestError, StreamEvent};
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let req = GenerateReq {
+        rid,
+        prompt,
+        params,
+        sink: tx,
+    };
+    if let Err(mpsc::SendError(Inbound::Generate(req))) = inbox.send(Inbound::Generate(req)) {
+        let _ = req.sink.send(StreamEvent::Failed(RequestError::Shutdown));
+    }
+    rx
+}

@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::metrics::SubserverMetrics;
 use crate::peer::message::{ModelIdx, Rid};
 use crate::peer::tcp::{TcpOptions, TcpTransport};
 use crate::peer::transport::{Deliver, PeerSender, TransportError};
 use crate::sampling::SamplingParams;
-use crate::scheduler::client::{GenerateReq, RequestError, StreamEvent};
+use crate::scheduler::client::StreamEvent;
 use crate::scheduler::core::{Scheduler, SchedulerConfig};
 use crate::scheduler::group::{GroupSettings, MemberSpec};
 use crate::scheduler::inbox::{inbox, Inbound, InboxSender};
@@ -114,18 +114,10 @@ impl MemberProcess {
         params: SamplingParams,
     ) -> (Rid, UnboundedReceiver<StreamEvent>) {
         let rid = self.next_rid.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = unbounded_channel();
-        if let Err(std::sync::mpsc::SendError(Inbound::Generate(req))) =
-            self.inbox.send(Inbound::Generate(GenerateReq {
-                rid,
-                prompt,
-                params,
-                sink: tx,
-            }))
-        {
-            let _ = req.sink.send(StreamEvent::Failed(RequestError::Shutdown));
-        }
-        (rid, rx)
+        (
+            rid,
+            crate::scheduler::inbox::submit(&self.inbox, rid, prompt, params),
+        )
     }
 
     /// Cancels a request (client gone): every model frees it.
