@@ -28,6 +28,7 @@ SMOLLM2_GGUF := $(ASSETS)/SmolLM2-135M-Instruct.Q4_1.gguf
 QWEN_TOK     := $(ASSETS)/qwen3-tokenizer/tokenizer_config.json
 SMOLLM2      := $(MODELS)/smollm2-135m
 SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
+SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
 .PHONY: build run test assets venv venv-ref lint bench bench-engine bench-runtime bench-tuner clean-models
@@ -78,10 +79,13 @@ $(SMOLLM2)/config.json: $(SMOLLM2_GGUF) | build
 $(SMOLLM2_SMALL)/config.json: $(SMOLLM2)/config.json
 	$(BIN) derive-early-exit $(SMOLLM2) $(SMOLLM2_SMALL) --layers 12
 
+$(SMOLLM2_MID)/config.json: $(SMOLLM2)/config.json
+	$(BIN) derive-early-exit $(SMOLLM2) $(SMOLLM2_MID) --layers 20
+
 $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 	$(BIN) gen-random --preset tiny $(QWEN3_TINY) --seed 7 --tokenizer-dir $(ASSETS)/qwen3-tokenizer
 
-assets: build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(QWEN3_TINY)/config.json
+assets: build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
 
 clean-models:
 	rm -rf $(MODELS)

@@ -171,3 +171,84 @@ fn std_serving_cli_forwards_one_token_per_call() {
         .sum();
     assert_eq!(counts, 10, "every token has one writer: {line}");
 }
+
+fn policy_group(models: &[&str], policy: &str, kwargs: serde_json::Value) -> Group {
+    let members = models
+        .iter()
+        .enumerate()
+        .map(|(m, name)| MemberSpec {
+            name: name.to_string(),
+            runner: Box::new(runner(name)),
+            policy: build(
+                policy,
+                &kwargs,
+                Placement {
+                    model: m as u16,
+                    num_models: models.len(),
+                    entry: 0,
+                },
+            )
+            .unwrap(),
+            tokenizer: None,
+            thresholds: vec![1],
+        })
+        .collect();
+    Group::start(
+        members,
+        GroupSettings {
+            peer_timeout: Duration::from_secs(120),
+            ..GroupSettings::default()
+        },
+    )
+}
+
+fn check_accounting(runs: &[(Vec<u32>, Vec<u16>, Usage)], models: usize) {
+    for (toks, writers, usage) in runs {
+        assert_eq!(usage.completion_tokens, toks.len());
+        assert_eq!(usage.tokens_by_model.iter().sum::<usize>(), toks.len());
+        for m in 0..models as u16 {
+            assert_eq!(
+                usage.tokens_by_model[m as usize],
+                writers.iter().filter(|&&w| w == m).count()
+            );
+        }
+    }
+}
+
+#[test]
+fn r_stitch_switches_both_ways_deterministically() {
+    let kwargs = serde_json::json!({"threshold": 0.03});
+    let a = routed(
+        &policy_group(&[SMALL, LARGE], "RStitch", kwargs.clone()),
+        16,
+    );
+    let b = routed(&policy_group(&[SMALL, LARGE], "RStitch", kwargs), 16);
+    check_accounting(&a, 2);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.0, y.0, "R-Stitch greedy routing is not deterministic");
+        assert_eq!(x.1, y.1);
+    }
+    let writers: Vec<u16> = a.iter().flat_map(|r| r.1.clone()).collect();
+    assert!(
+        writers.contains(&0) && writers.contains(&1),
+        "R-Stitch never switched: {writers:?}"
+    );
+}
+
+#[test]
+fn ensemble_over_three_models_accounts_every_token() {
+    let models = [SMALL, "smollm2-135m-l20", LARGE];
+    let kwargs = serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 2});
+    let runs = routed(&policy_group(&models, "ME", kwargs.clone()), 16);
+    check_accounting(&runs, 3);
+    let again = routed(&policy_group(&models, "ME", kwargs), 16);
+    for (x, y) in runs.iter().zip(&again) {
+        assert_eq!(x.0, y.0);
+        assert_eq!(x.1, y.1);
+    }
+    let writers: Vec<u16> = runs.iter().flat_map(|r| r.1.clone()).collect();
+    assert!(
+        (0..3).all(|m| writers.contains(&m)),
+        "some model never wrote: {writers:?}"
+    );
+}

@@ -3,7 +3,10 @@
 //! is the same for all of them.
 
 pub mod draw;
+pub mod ensemble;
 pub mod random;
+pub mod rstitch;
+pub mod signals;
 pub mod single;
 
 use crate::peer::message::ModelIdx;
@@ -46,7 +49,7 @@ impl PolicyError {
     }
 }
 
-const KNOWN: &[&str] = &["Random", "Single"];
+const KNOWN: &[&str] = &["Random", "RStitch", "ME", "Single"];
 
 /// Where a policy instance runs.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +94,10 @@ pub fn build(
         "Random" | "random" | "Bernoulli" | "bernoulli" => {
             Ok(Box::new(random::RandomPolicy::from_kwargs(kwargs, at)?))
         }
+        "RStitch" | "r_stitch" | "R-Stitch" => {
+            Ok(Box::new(rstitch::RStitchPolicy::from_kwargs(kwargs, at)?))
+        }
+        "ME" | "me" => Ok(Box::new(ensemble::EnsemblePolicy::from_kwargs(kwargs, at)?)),
         "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
         other => Err(PolicyError::Unknown(other.to_string())),
     }

@@ -1,0 +1,146 @@
+//! ME (model ensemble by weights): after every token the next writer is drawn
+//! from fixed weights over two or more models (the paper: 0.6B / 8B / 32B
+//! with 0.5 / 0.3 / 0.2), seeded per request so runs repeat. The entry model
+//! draws for each position; a drawn peer writes that one token and returns.
+
+use crate::peer::message::ModelIdx;
+use crate::policy::draw::uniform;
+use crate::policy::{kwarg_u64, Placement, PolicyError};
+use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+
+/// `scheduler_kwargs`: `weights` (one per model, non-negative, not all zero), `seed`.
+pub struct EnsemblePolicy {
+    cumulative: Vec<f64>,
+    seed: u64,
+    at: Placement,
+}
+
+impl EnsemblePolicy {
+    /// Reads the kwargs.
+    pub fn from_kwargs(kwargs: &serde_json::Value, at: Placement) -> Result<Self, PolicyError> {
+        let bad = |reason: String| PolicyError::BadKwarg {
+            key: "weights".into(),
+            reason,
+        };
+        let weights: Vec<f64> = match kwargs.get("weights") {
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_f64()
+                        .ok_or_else(|| bad(format!("expected numbers, got {v}")))
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => return Err(bad(format!("expected a list, got {v}"))),
+            None => return Err(bad("required: one weight per model".into())),
+        };
+        if weights.len() != at.num_models {
+            return Err(bad(format!(
+                "{} weights for {} models",
+                weights.len(),
+                at.num_models
+            )));
+        }
+        let total: f64 = weights.iter().sum();
+        if weights.iter().any(|w| !(*w >= 0.0 && w.is_finite())) || total <= 0.0 {
+            return Err(bad("weights must be non-negative and not all zero".into()));
+        }
+        let mut acc = 0.0;
+        let cumulative = weights
+            .iter()
+            .map(|w| {
+                acc += w / total;
+                acc
+            })
+            .collect();
+        Ok(Self {
+            cumulative,
+            seed: kwarg_u64(kwargs, "seed")?.unwrap_or(0),
+            at,
+        })
+    }
+
+    /// The writer of `position` for a request seeded with `seed`.
+    pub fn writer(&self, seed: u64, position: usize) -> ModelIdx {
+        let u = uniform(seed ^ self.seed, position, 1);
+        self.cumulative
+            .iter()
+            .position(|&c| u < c)
+            .unwrap_or(self.cumulative.len() - 1) as ModelIdx
+    }
+}
+
+impl RoutingPolicy for EnsemblePolicy {
+    fn name(&self) -> &'static str {
+        "ME"
+    }
+
+    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
+        view.items
+            .iter()
+            .map(|item| {
+                if view.model != self.at.entry {
+                    return Dest::Peer {
+                        to: item.home,
+                        keep_token: true,
+                    };
+                }
+                match self.writer(item.seed, item.position) {
+                    w if w == self.at.entry => Dest::Stay,
+                    w => Dest::Peer {
+                        to: w,
+                        keep_token: false,
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writers_follow_the_weights() {
+        let at = Placement {
+            model: 0,
+            num_models: 3,
+            entry: 0,
+        };
+        let p = EnsemblePolicy::from_kwargs(
+            &serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 4}),
+            at,
+        )
+        .unwrap();
+        let n = 60_000;
+        let mut counts = [0usize; 3];
+        for pos in 0..n {
+            counts[p.writer(77, pos) as usize] += 1;
+        }
+        for (c, w) in counts.iter().zip([0.5, 0.3, 0.2]) {
+            assert!((*c as f64 / n as f64 - w).abs() < 0.01, "{counts:?}");
+        }
+        assert_eq!(p.writer(77, 123), p.writer(77, 123));
+        let only_last =
+            EnsemblePolicy::from_kwargs(&serde_json::json!({"weights": [0, 0, 2]}), at).unwrap();
+        assert!((0..100).all(|pos| only_last.writer(1, pos) == 2));
+    }
+
+    #[test]
+    fn bad_weights_are_named() {
+        let at = Placement {
+            model: 0,
+            num_models: 3,
+            entry: 0,
+        };
+        for kw in [
+            serde_json::json!({}),
+            serde_json::json!({"weights": [1, 2]}),
+            serde_json::json!({"weights": [0, 0, 0]}),
+            serde_json::json!({"weights": [1, -1, 1]}),
+        ] {
+            let e = EnsemblePolicy::from_kwargs(&kw, at).err().unwrap();
+            assert!(e.to_string().contains("scheduler_kwargs.weights"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! R-Stitch: the writer keeps the pen while it is confident. When the
+//! normalized entropy of the current writer's next-token distribution is
+//! above `threshold` (default 0.03), its token is dropped and the other model
+//! writes that position; switching goes both ways and each model keeps its
+//! own KV. (The scheduler makes a model that just got the pen write at least
+//! one token, so two uncertain models cannot ping-pong forever.)
+
+use crate::peer::message::ModelIdx;
+use crate::policy::signals::normalized_entropy_rows;
+use crate::policy::{kwarg_f64, Placement, PolicyError};
+use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+
+/// `scheduler_kwargs`: `threshold` (τ, default 0.03).
+pub struct RStitchPolicy {
+    threshold: f64,
+    other: ModelIdx,
+}
+
+impl RStitchPolicy {
+    /// Reads the kwargs; R-Stitch pairs exactly two models.
+    pub fn from_kwargs(kwargs: &serde_json::Value, at: Placement) -> Result<Self, PolicyError> {
+        if at.num_models != 2 {
+            return Err(PolicyError::ModelCount {
+                policy: "RStitch",
+                needed: "exactly 2",
+                got: at.num_models,
+            });
+        }
+        let threshold = kwarg_f64(kwargs, "threshold")?.unwrap_or(0.03);
+        if !(0.0..=1.0).contains(&threshold) {
+            return Err(PolicyError::BadKwarg {
+                key: "threshold".into(),
+                reason: format!("a normalized entropy must be in [0, 1], got {threshold}"),
+            });
+        }
+        Ok(Self {
+            threshold,
+            other: 1 - at.model,
+        })
+    }
+
+    /// The predicate: hand over when the entropy is above the threshold.
+    pub fn hands_over(&self, normalized_entropy: f32) -> bool {
+        normalized_entropy as f64 > self.threshold
+    }
+}
+
+impl RoutingPolicy for RStitchPolicy {
+    fn name(&self) -> &'static str {
+        "RStitch"
+    }
+
+    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
+        let entropy = match view.logits.map(normalized_entropy_rows) {
+            Some(Ok(h)) => h,
+            // No logits (simulated backend) or a failed reduction: keep the pen.
+            _ => return vec![Dest::Stay; view.items.len()],
+        };
+        entropy
+            .iter()
+            .map(|&h| {
+                if self.hands_over(h) {
+                    Dest::Peer {
+                        to: self.other,
+                        keep_token: false,
+                    }
+                } else {
+                    Dest::Stay
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tch::Tensor;
+
+    use super::*;
+    use crate::scheduler::policy::RouteItem;
+
+    fn item() -> RouteItem {
+        RouteItem {
+            rid: 1,
+            home: 0,
+            token: 0,
+            position: 5,
+            written_this_turn: 1,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn confident_rows_stay_and_uncertain_rows_switch_both_ways() {
+        let at = Placement {
+            model: 0,
+            num_models: 2,
+            entry: 0,
+        };
+        let mut p =
+            RStitchPolicy::from_kwargs(&serde_json::json!({"threshold": 0.03}), at).unwrap();
+        // Row 0: one logit far above the rest (entropy ~0); row 1: uniform (entropy 1).
+        let mut row0 = vec![0.0f32; 16];
+        row0[3] = 30.0;
+        let flat: Vec<f32> = [row0, vec![0.0; 16]].concat();
+        let logits = Tensor::from_slice(&flat).view([2, 16]);
+        let items = [item(), item()];
+        let view = StepView {
+            model: 0,
+            num_models: 2,
+            items: &items,
+            logits: Some(&logits),
+            hidden: None,
+            embeddings: None,
+        };
+        assert_eq!(
+            p.route(&view),
+            vec![
+                Dest::Stay,
+                Dest::Peer {
+                    to: 1,
+                    keep_token: false
+                }
+            ]
+        );
+        let mut back =
+            RStitchPolicy::from_kwargs(&serde_json::json!({}), Placement { model: 1, ..at })
+                .unwrap();
+        let view = StepView { model: 1, ..view };
+        assert_eq!(
+            back.route(&view)[1],
+            Dest::Peer {
+                to: 0,
+                keep_token: false
+            }
+        );
+    }
+
+    #[test]
+    fn kwargs_are_checked() {
+        let at = Placement {
+            model: 0,
+            num_models: 3,
+            entry: 0,
+        };
+        assert!(RStitchPolicy::from_kwargs(&serde_json::json!({}), at).is_err());
+        let at = Placement {
+            num_models: 2,
+            ..at
+        };
+        let e = RStitchPolicy::from_kwargs(&serde_json::json!({"threshold": 2.0}), at)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("scheduler_kwargs.threshold"));
+    }
+}
