@@ -24,33 +24,10 @@ fn runner(name: &str) -> TchRunner {
 }
 
 fn group(p: f64) -> Group {
-    let kwargs = serde_json::json!({"probability": p, "seed": 3});
-    let members = [SMALL, LARGE]
-        .iter()
-        .enumerate()
-        .map(|(m, name)| MemberSpec {
-            name: name.to_string(),
-            runner: Box::new(runner(name)),
-            policy: build(
-                "Random",
-                &kwargs,
-                Placement {
-                    model: m as u16,
-                    num_models: 2,
-                    entry: 0,
-                },
-            )
-            .unwrap(),
-            tokenizer: None,
-            thresholds: vec![1],
-        })
-        .collect();
-    Group::start(
-        members,
-        GroupSettings {
-            peer_timeout: Duration::from_secs(120),
-            ..GroupSettings::default()
-        },
+    policy_group(
+        &[SMALL, LARGE],
+        "Random",
+        serde_json::json!({"probability": p, "seed": 3}),
     )
 }
 
