@@ -20,6 +20,19 @@ pub struct GatewayConfig {
     pub max_body_bytes: usize,
     /// The model name clients send and see (`/v1/models`).
     pub served_model_name: String,
+    /// Environment variable holding accepted API keys (comma or newline
+    /// separated); combined with `api_keys_file`.
+    pub api_keys_env: Option<String>,
+    /// Milliseconds a graceful shutdown lets in-flight requests finish
+    /// before cancelling them.
+    pub drain_timeout_ms: u64,
+    /// `Retry-After` seconds sent with a 429.
+    pub retry_after_s: u64,
+    /// Remote groups (base URLs of entry subservers) for `tokenrouter gateway`.
+    pub groups: Vec<String>,
+    /// File listing remote groups, one base URL per line (a mounted
+    /// ConfigMap); re-read when it changes.
+    pub groups_file: Option<PathBuf>,
 }
 
 impl Default for GatewayConfig {
@@ -32,6 +45,11 @@ impl Default for GatewayConfig {
             max_queue: 256,
             max_body_bytes: 1 << 20,
             served_model_name: "default".to_string(),
+            api_keys_env: None,
+            drain_timeout_ms: 30_000,
+            retry_after_s: 1,
+            groups: Vec::new(),
+            groups_file: None,
         }
     }
 }

@@ -573,6 +573,23 @@ fn build_gateway(raw: RawGateway, base_dir: &Path, env: Env) -> Result<GatewayCo
             defaults.served_model_name,
             "gateway.served_model_name",
         )?,
+        api_keys_env: raw
+            .api_keys_env
+            .map(|v| non_empty(Some(v), String::new(), "gateway.api_keys_env"))
+            .transpose()?,
+        drain_timeout_ms: raw.drain_timeout_ms.unwrap_or(defaults.drain_timeout_ms),
+        retry_after_s: raw.retry_after_s.unwrap_or(defaults.retry_after_s),
+        groups: raw
+            .groups
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .map(|(i, g)| non_empty(Some(g), String::new(), &format!("gateway.groups[{i}]")))
+            .collect::<Result<_, _>>()?,
+        groups_file: raw
+            .groups_file
+            .map(|p| resolve_path(&p, base_dir, env, "gateway.groups_file"))
+            .transpose()?,
     })
 }
 
@@ -1347,7 +1364,25 @@ scheduler_class: R2R
             max_queue: 0,
             max_body_bytes: 1024,
             served_model_name: "tr".into(),
+            ..GatewayConfig::default()
         };
         assert_eq!(c.gateway(), &expected);
+        let c = load(&format!(
+            "{MINIMAL}gateway: {{api_keys_env: TR_KEYS, drain_timeout_ms: 2500, retry_after_s: 3, \
+             groups: ['http://a:1', 'http://b:2'], groups_file: groups.txt}}\n"
+        ))
+        .unwrap();
+        let g = c.gateway();
+        assert_eq!(g.api_keys_env.as_deref(), Some("TR_KEYS"));
+        assert_eq!((g.drain_timeout_ms, g.retry_after_s), (2500, 3));
+        assert_eq!(g.groups, vec!["http://a:1".to_string(), "http://b:2".into()]);
+        assert!(g.groups_file.as_ref().is_some_and(|p| p.ends_with("groups.txt")));
+        for body in ["groups: ['']", "api_keys_env: ''"] {
+            assert_eq!(
+                error_with(&format!("gateway: {{{body}}}\n")).error_type(),
+                "invalid",
+                "{body}"
+            );
+        }
     }
 }

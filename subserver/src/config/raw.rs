@@ -151,6 +151,11 @@ pub(crate) struct RawGateway {
     pub max_queue: Option<usize>,
     pub max_body_bytes: Option<usize>,
     pub served_model_name: Option<String>,
+    pub api_keys_env: Option<String>,
+    pub drain_timeout_ms: Option<u64>,
+    pub retry_after_s: Option<u64>,
+    pub groups: Option<Vec<String>>,
+    pub groups_file: Option<String>,
 }
 
 /// A short rendering of a YAML value for error messages.

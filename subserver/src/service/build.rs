@@ -106,7 +106,15 @@ pub fn runner(
                 cfg.sim().seed.wrapping_add(i as u64),
             )
             .map_err(model_err)?;
-            (Box::new(runner), None)
+            // With a `path`, the simulated model speaks that model's
+            // tokenizer (text, stop strings), so an HTTP front end works.
+            let tokenizer = match (&spec.path, with_tokenizer) {
+                (Some(path), true) => {
+                    Some(TextTokenizer::from_dir(path).map_err(|e| model_err(e.into()))?)
+                }
+                _ => None,
+            };
+            (Box::new(runner), tokenizer)
         }
     };
     Ok((runner, tokenizer))
