@@ -1,1 +1,28 @@
-//! The OpenAI-compatible HTTP surface in front of a routed model group.
+//! The OpenAI-compatible HTTP surface in front of routed model groups.
+//!
+//! One request, in order: [`auth`] checks the API key, [`openai`] parses the
+//! body, [`validate`] turns it into token ids and sampling parameters (or a
+//! 400 naming the field), [`pool`] picks the healthy group with the fewest
+//! requests in flight, [`admission`] takes a slot there (or queues, or
+//! answers 429), a [`backend::Backend`] runs it, and [`generate`] streams
+//! ([`sse`]) or collects the answer. [`metrics`] counts everything,
+//! [`shutdown`] drains on SIGTERM.
+
+pub mod admission;
+pub mod app;
+pub mod auth;
+pub mod backend;
+pub mod error;
+pub mod generate;
+pub mod metrics;
+pub mod openai;
+pub mod pool;
+pub mod routes;
+pub mod server;
+pub mod shutdown;
+pub mod sse;
+pub mod text;
+pub mod validate;
+
+pub use error::ApiError;
+pub use server::{Gateway, GatewayOptions, GatewayServer};

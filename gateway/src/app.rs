@@ -1,0 +1,89 @@
+//! Assembling a gateway from an engine config: the in-process group of
+//! `tokenrouter serve` (every subserver in this process).
+
+use std::sync::Arc;
+
+use subserver::config::EngineConfig;
+use subserver::service::{Service, ServiceError};
+
+use crate::auth::{ApiKeys, AuthError};
+use crate::backend::inproc::InProcBackend;
+use crate::server::{Gateway, GatewayOptions};
+use crate::text::TextSide;
+use crate::validate::Catalog;
+
+/// Why a gateway could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The group did not start.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// The tokenizer of the entry model could not be loaded.
+    #[error("tokenizer: {0}")]
+    Tokenizer(#[from] subserver::tokenizer::TokenizerError),
+    /// The API keys could not be read.
+    #[error(transparent)]
+    Auth(#[from] AuthError),
+    /// Metrics registration failed.
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+impl AppError {
+    /// Stable label for logs and metrics.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::Service(e) => e.error_type(),
+            Self::Tokenizer(_) => "tokenizer",
+            Self::Auth(_) => "auth",
+            Self::Metrics(_) => "metrics",
+        }
+    }
+}
+
+/// The tokenizer side of `cfg`'s entry model (none for a sim model without a path).
+pub fn text_side(cfg: &EngineConfig) -> Result<TextSide, AppError> {
+    match &cfg.entry_model().path {
+        Some(dir) => Ok(TextSide::from_dir(dir)?),
+        None => Ok(TextSide::none()),
+    }
+}
+
+/// The served names of `cfg`.
+pub fn catalog(cfg: &EngineConfig) -> Catalog {
+    Catalog {
+        served: cfg.gateway().served_model_name.clone(),
+        members: cfg.model_names().iter().map(|s| s.to_string()).collect(),
+        entry: cfg.entry_index() as u16,
+    }
+}
+
+/// The API keys `cfg` names.
+pub fn api_keys(cfg: &EngineConfig) -> Result<ApiKeys, AppError> {
+    let g = cfg.gateway();
+    Ok(ApiKeys::load(
+        g.api_keys_file.as_deref(),
+        g.api_keys_env.as_deref(),
+    )?)
+}
+
+/// Starts every model of `cfg` in this process and a gateway in front of
+/// them. The [`Service`] must outlive the gateway's requests (drop it after
+/// the server has drained).
+pub fn inproc(cfg: &EngineConfig) -> Result<(Arc<Gateway>, Service), AppError> {
+    let text = text_side(cfg)?;
+    let keys = api_keys(cfg)?;
+    let service = Service::start(cfg, None)?;
+    let gw = Gateway::new(
+        catalog(cfg),
+        text,
+        keys,
+        GatewayOptions::from_config(cfg.gateway()),
+        vec![service.registry().clone()],
+    )?;
+    gw.pool.set_backends(vec![Arc::new(InProcBackend::new(
+        service.group().clone(),
+        "inproc",
+    ))]);
+    Ok((Arc::new(gw), service))
+}

@@ -1,0 +1,69 @@
+//! A group running in this process (`tokenrouter serve`).
+
+use std::sync::Arc;
+
+use subserver::sampling::SamplingParams;
+use subserver::scheduler::group::Group;
+
+use super::{Backend, Submission};
+
+/// The in-process transport: submits straight into the entry scheduler's inbox.
+pub struct InProcBackend {
+    group: Arc<Group>,
+    id: String,
+}
+
+impl InProcBackend {
+    /// Fronts `group`.
+    pub fn new(group: Arc<Group>, id: impl Into<String>) -> Self {
+        Self {
+            group,
+            id: id.into(),
+        }
+    }
+}
+
+impl Backend for InProcBackend {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn submit(&self, prompt: Vec<u32>, params: SamplingParams, pin: Option<u16>) -> Submission {
+        let (rid, events) = crate::backend::inproc::submit(&self.group, prompt, params, pin);
+        let group = self.group.clone();
+        Submission::new(events, Box::new(move || group.cancel(rid)))
+    }
+
+    fn healthy(&self) -> bool {
+        (0..self.group.names().len()).all(|m| self.group.is_alive(m as u16))
+    }
+
+    fn active(&self) -> usize {
+        self.group.active()
+    }
+}
+
+/// Submits with or without a pinned writer.
+fn submit(
+    group: &Group,
+    prompt: Vec<u32>,
+    params: SamplingParams,
+    pin: Option<u16>,
+) -> (
+    subserver::peer::message::Rid,
+    tokio::sync::mpsc::UnboundedReceiver<subserver::scheduler::client::StreamEvent>,
+) {
+    match pin {
+        None => group.submit(prompt, params),
+        Some(m) => {
+            // Query-level routing needs `Group::submit_with` (main branch).
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let _ = tx.send(subserver::scheduler::client::StreamEvent::Failed(
+                subserver::scheduler::client::RequestError::Invalid(format!(
+                    "query-level routing on model {m} is not available in this build"
+                )),
+            ));
+            (0, rx)
+        }
+    }
+}

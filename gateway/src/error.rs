@@ -1,0 +1,189 @@
+//! Every way a request can fail at the gateway, with its HTTP status and the
+//! OpenAI error body `{"error": {"message", "type", "param", "code"}}`.
+
+use serde_json::json;
+use warp::http::{HeaderValue, StatusCode};
+use warp::reply::Response;
+
+/// A request the gateway answers with an error.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// The body is not valid JSON (or not UTF-8, or not an object).
+    #[error("{0}")]
+    BadJson(String),
+    /// A field has a bad value; `param` names it.
+    #[error("{message}")]
+    InvalidParam {
+        /// The offending field (`messages[1].role`, `temperature`, ...).
+        param: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Fields the gateway does not implement (never silently ignored).
+    #[error("unsupported parameter(s): {}", .0.join(", "))]
+    Unsupported(Vec<String>),
+    /// The prompt plus `max_tokens` does not fit the model's context.
+    #[error("{0}")]
+    ContextLength(String),
+    /// Missing or wrong API key.
+    #[error("invalid or missing API key")]
+    Unauthorized,
+    /// `model` names no served model.
+    #[error("the model `{0}` does not exist")]
+    ModelNotFound(String),
+    /// No such route.
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// Wrong HTTP method for the route.
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// The body is larger than `gateway.max_body_bytes`.
+    #[error("request body larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    /// Every slot and queue place is taken.
+    #[error("the server is over capacity, retry later")]
+    Overloaded {
+        /// `Retry-After` seconds.
+        retry_after_s: u64,
+    },
+    /// No group is healthy, or the gateway is shutting down.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The engine failed while serving the request.
+    #[error("{0}")]
+    Engine(String),
+}
+
+impl ApiError {
+    /// A bad value of `param`.
+    pub fn invalid(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidParam {
+            param: param.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Stable label for metrics (also the OpenAI `code`).
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::BadJson(_) => "invalid_json",
+            Self::InvalidParam { .. } => "invalid_parameter",
+            Self::Unsupported(_) => "unsupported_parameter",
+            Self::ContextLength(_) => "context_length_exceeded",
+            Self::Unauthorized => "invalid_api_key",
+            Self::ModelNotFound(_) => "model_not_found",
+            Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::Overloaded { .. } => "over_capacity",
+            Self::Unavailable(_) => "unavailable",
+            Self::Engine(_) => "engine_error",
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::BadJson(_)
+            | Self::InvalidParam { .. }
+            | Self::Unsupported(_)
+            | Self::ContextLength(_) => StatusCode::BAD_REQUEST,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's error `type`.
+    fn openai_type(&self) -> &'static str {
+        match self {
+            Self::Unauthorized => "authentication_error",
+            Self::ModelNotFound(_) | Self::NotFound(_) => "not_found_error",
+            Self::Overloaded { .. } => "rate_limit_error",
+            Self::Unavailable(_) | Self::Engine(_) => "server_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The field the error is about, if any.
+    fn param(&self) -> Option<String> {
+        match self {
+            Self::InvalidParam { param, .. } => Some(param.clone()),
+            Self::Unsupported(fields) => fields.first().cloned(),
+            Self::ModelNotFound(_) => Some("model".into()),
+            Self::ContextLength(_) => Some("max_tokens".into()),
+            _ => None,
+        }
+    }
+
+    /// `{"error": {"message", "type", "param", "code"}}`.
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.to_string(),
+                "type": self.openai_type(),
+                "param": self.param(),
+                "code": self.error_type(),
+            }
+        })
+    }
+
+    /// The full HTTP response (status, JSON body, `Retry-After` on 429).
+    pub fn response(&self) -> Response {
+        let mut resp = json_response(self.status(), &self.body());
+        if let Self::Overloaded { retry_after_s } = self {
+            if let Ok(v) = HeaderValue::from_str(&retry_after_s.to_string()) {
+                resp.headers_mut().insert("retry-after", v);
+            }
+        }
+        if matches!(self, Self::Unauthorized) {
+            resp.headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+/// A JSON response with `status`.
+pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
+    let mut resp = Response::new(bytes.into());
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_follow_the_openai_shape() {
+        let e = ApiError::Unsupported(vec!["tools".into(), "response_format".into()]);
+        assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        let b = e.body();
+        assert_eq!(b["error"]["param"], "tools");
+        assert_eq!(b["error"]["type"], "invalid_request_error");
+        assert!(b["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("tools, response_format"));
+        let r = ApiError::Overloaded { retry_after_s: 2 }.response();
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(r.headers()["retry-after"], "2");
+        assert_eq!(ApiError::Unauthorized.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            ApiError::ModelNotFound("x".into()).body()["error"]["code"],
+            "model_not_found"
+        );
+        assert_eq!(ApiError::PayloadTooLarge(10).status().as_u16(), 413);
+        assert_eq!(ApiError::Unavailable("x".into()).status().as_u16(), 503);
+    }
+}

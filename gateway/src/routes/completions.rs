@@ -1,0 +1,67 @@
+//! `POST /v1/chat/completions` and `POST /v1/completions`: auth, parse,
+//! validate, pick a group, admit, run.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use warp::http::HeaderMap;
+use warp::reply::Response;
+
+use crate::admission::AdmissionError;
+use crate::error::ApiError;
+use crate::generate::Run;
+use crate::openai::request::{parse_object, typed};
+use crate::openai::Endpoint;
+use crate::routes::{authorize, count, fail};
+use crate::server::Gateway;
+use crate::validate::{self, Prepared};
+
+/// Handles one generation request.
+pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
+    let start = Instant::now();
+    let route = match endpoint {
+        Endpoint::Chat => "/v1/chat/completions",
+        Endpoint::Completions => "/v1/completions",
+    };
+    if let Err(resp) = authorize(&gw, route, &headers) {
+        return resp;
+    }
+    if gw.shutdown.draining() {
+        return fail(&gw, route, ApiError::Unavailable("the server is shutting down".into()));
+    }
+    let prepared = match prepare(&gw, endpoint, &body) {
+        Ok(p) => p,
+        Err(e) => return fail(&gw, route, e),
+    };
+    let Some(group) = gw.pool.pick() else {
+        return fail(&gw, route, ApiError::Unavailable("no healthy group".into()));
+    };
+    let slot = match group.admission.acquire(prepared.num_sequences()).await {
+        Ok(s) => s,
+        Err(AdmissionError::Full { .. }) => {
+            return fail(
+                &gw,
+                route,
+                ApiError::Overloaded {
+                    retry_after_s: gw.options.retry_after_s,
+                },
+            )
+        }
+        Err(e @ AdmissionError::TooLarge { .. }) => {
+            return fail(&gw, route, ApiError::invalid("n", e.to_string()))
+        }
+    };
+    let stream = prepared.stream;
+    let run = Run::start(gw.clone(), prepared, group, slot, start);
+    let resp = if stream { run.stream().await } else { run.collect().await };
+    count(&gw, route, resp)
+}
+
+fn prepare(gw: &Gateway, endpoint: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
+    let map = parse_object(body, endpoint)?;
+    match endpoint {
+        Endpoint::Chat => validate::chat(typed(map)?, &gw.catalog, &gw.text),
+        Endpoint::Completions => validate::completion(typed(map)?, &gw.catalog, &gw.text),
+    }
+}

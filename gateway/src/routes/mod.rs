@@ -1,0 +1,142 @@
+//! The warp filters: one module per endpoint, plus the rejection handler
+//! that turns warp's own refusals (size, method, route) into OpenAI errors.
+
+pub mod completions;
+pub mod health;
+pub mod metrics;
+pub mod models;
+pub mod tokenize;
+pub mod ui;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use warp::http::HeaderMap;
+use warp::reply::Response;
+use warp::{Filter, Rejection};
+
+use crate::error::ApiError;
+use crate::server::Gateway;
+
+/// Every route of the gateway.
+pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
+    let limit = gw.options.max_body_bytes as u64;
+    let with_gw = {
+        let gw = gw.clone();
+        warp::any().map(move || gw.clone())
+    };
+    let body = warp::body::content_length_limit(limit).and(warp::body::bytes());
+    let post = |path: &'static str| {
+        warp::post()
+            .and(warp::path::path(path))
+            .and(warp::path::end())
+    };
+    let chat = warp::post()
+        .and(warp::path!("v1" / "chat" / "completions"))
+        .and(with_gw.clone())
+        .and(warp::header::headers_cloned())
+        .and(body.clone())
+        .then(
+            |gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
+                completions::handle(gw, crate::openai::Endpoint::Chat, h, b).await
+            },
+        );
+    let completions = warp::post()
+        .and(warp::path!("v1" / "completions"))
+        .and(with_gw.clone())
+        .and(warp::header::headers_cloned())
+        .and(body.clone())
+        .then(
+            |gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
+                completions::handle(gw, crate::openai::Endpoint::Completions, h, b).await
+            },
+        );
+    let models = warp::get()
+        .and(warp::path!("v1" / "models"))
+        .and(with_gw.clone())
+        .and(warp::header::headers_cloned())
+        .map(models::handle);
+    let tokenize = post("tokenize")
+        .and(with_gw.clone())
+        .and(warp::header::headers_cloned())
+        .and(body.clone())
+        .map(tokenize::tokenize);
+    let detokenize = post("detokenize")
+        .and(with_gw.clone())
+        .and(warp::header::headers_cloned())
+        .and(body)
+        .map(tokenize::detokenize);
+    let health = warp::get()
+        .and(warp::path!("health"))
+        .and(with_gw.clone())
+        .map(health::handle);
+    let metrics = warp::get()
+        .and(warp::path!("metrics"))
+        .and(with_gw.clone())
+        .map(metrics::handle);
+    let ui = warp::get()
+        .and(warp::path!("ui"))
+        .and(with_gw.clone())
+        .map(ui::handle);
+    let recover_gw = gw;
+    chat.or(completions)
+        .unify()
+        .or(models)
+        .unify()
+        .or(tokenize)
+        .unify()
+        .or(detokenize)
+        .unify()
+        .or(health)
+        .unify()
+        .or(metrics)
+        .unify()
+        .or(ui)
+        .unify()
+        .recover(move |r| recover(recover_gw.clone(), r))
+        .unify()
+        .boxed()
+}
+
+/// Checks the API key; counts the answer either way.
+pub fn authorize(gw: &Gateway, route: &str, headers: &HeaderMap) -> Result<(), Response> {
+    let value = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok());
+    if gw.keys.check(value) {
+        Ok(())
+    } else {
+        Err(fail(gw, route, ApiError::Unauthorized))
+    }
+}
+
+/// Counts `resp` under `route` and returns it.
+pub fn count(gw: &Gateway, route: &str, resp: Response) -> Response {
+    gw.metrics
+        .http
+        .with_label_values(&[route, resp.status().as_str()])
+        .inc();
+    resp
+}
+
+/// The error response for `e`, counted.
+pub fn fail(gw: &Gateway, route: &str, e: ApiError) -> Response {
+    gw.count_error(&e);
+    count(gw, route, e.response())
+}
+
+async fn recover(gw: Arc<Gateway>, r: Rejection) -> Result<Response, Infallible> {
+    let e = if r.is_not_found() {
+        ApiError::NotFound("no such route".into())
+    } else if r.find::<warp::reject::PayloadTooLarge>().is_some() {
+        ApiError::PayloadTooLarge(gw.options.max_body_bytes)
+    } else if r.find::<warp::reject::LengthRequired>().is_some() {
+        ApiError::BadJson("a Content-Length header is required".into())
+    } else if r.find::<warp::reject::MethodNotAllowed>().is_some() {
+        ApiError::MethodNotAllowed
+    } else {
+        ApiError::BadJson(format!("bad request: {r:?}"))
+    };
+    Ok(fail(&gw, "other", e))
+}

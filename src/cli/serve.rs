@@ -1,0 +1,51 @@
+//! `tokenrouter serve`: the gateway and every subserver of the group in one
+//! process (in-process transport). With no config, the embedded default.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use subserver::config::EngineConfig;
+
+/// Arguments of `serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Engine config (YAML); default: the built-in SmolLM2 pair with R-Stitch.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Address to bind (overrides `gateway.host`).
+    #[arg(long)]
+    host: Option<String>,
+    /// Port to bind (overrides `gateway.port`; 0 picks a free one).
+    #[arg(long)]
+    port: Option<u16>,
+}
+
+/// Runs `serve` until SIGTERM or ctrl-c, then drains.
+pub fn run(args: ServeArgs) -> Result<()> {
+    let cfg = match &args.config {
+        Some(path) => EngineConfig::from_file(path)?,
+        None => EngineConfig::embedded_default()?,
+    };
+    let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
+    let port = args.port.unwrap_or(cfg.gateway().port);
+    let (gw, service) = gateway::app::inproc(&cfg).context("starting the group")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("gateway")
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async move {
+        let server = gateway::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
+        // Scripts and tests read the bound address from this line.
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "tokenrouter serve: listening on http://{}", server.local_addr())?;
+        out.flush()?;
+        drop(out);
+        gateway::shutdown::signal().await;
+        server.drain().await;
+        anyhow::Ok(())
+    })?;
+    drop(service);
+    Ok(())
+}
