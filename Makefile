@@ -19,6 +19,8 @@ TORCH_VERSION := 2.11.0
 TORCH_MIN     := torch==$(TORCH_VERSION) nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
 # The Python reference (transformers) needs a full torch install.
 REF_PKGS      := torch==$(TORCH_VERSION) transformers==4.57.6 safetensors sympy mpmath numpy gguf==0.17.1
+# The real client the gateway's test suite drives.
+OPENAI_PKGS   := openai==1.109.1
 
 export LIBTORCH          := $(CACHE)/libtorch
 export TOKENROUTER_CACHE := $(CACHE)
@@ -31,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref lint bench bench-engine bench-runtime bench-tuner clean-models
+.PHONY: build run test assets venv venv-ref venv-openai chromium lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models
 
 # --- Python environments -----------------------------------------------------
 
@@ -46,8 +48,17 @@ $(CACHE)/.torch-ref.stamp: $(CACHE)/.torch-min.stamp
 	$(PIP) install $(REF_PKGS)
 	touch $@
 
+$(CACHE)/.openai.stamp: $(CACHE)/.torch-min.stamp
+	$(PIP) install $(OPENAI_PKGS)
+	touch $@
+
 venv: $(CACHE)/.torch-min.stamp
 venv-ref: $(CACHE)/.torch-ref.stamp
+venv-openai: $(CACHE)/.openai.stamp
+
+# Headless Chromium for the /ui test (Debian package; we run as root).
+chromium:
+	@command -v chromium >/dev/null || { apt-get update && apt-get install -y --no-install-recommends chromium; }
 
 # --- Downloads (PyPI only) ---------------------------------------------------
 
@@ -92,17 +103,18 @@ clean-models:
 
 # --- Run, test, bench ----------------------------------------------------------
 
+# The gateway and both SmolLM2 subservers in one process, on 127.0.0.1:30000.
 run: assets
-	$(BIN) generate --model $(SMOLLM2) --chat --prompt "What is the capital of France?" --max-tokens 64
+	$(BIN) serve
 
 lint:
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
-test: assets venv-ref lint
+test: assets venv-ref venv-openai chromium lint
 	cargo test --release --workspace --all-targets
 
-bench: bench-engine bench-runtime bench-tuner
+bench: bench-engine bench-runtime bench-tuner bench-gateway
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
@@ -112,6 +124,11 @@ bench-engine: assets venv-ref
 bench-runtime: build
 	cargo build --release --example bench_runtime
 	$(TARGET_DIR)/release/examples/bench_runtime --out $(ROOT)/docs/results/runtime.md
+
+bench-gateway: assets
+	cargo build --release --example bench_gateway
+	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway.yaml \
+	  --out $(ROOT)/docs/results/gateway.md
 
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \

@@ -493,9 +493,11 @@ impl StreamState {
                         continue;
                     };
                     let new_text = c.text[before..].to_string();
-                    if new_text.is_empty() && !is_finish {
-                        // Held back (a possible stop string): the writers
-                        // go out with the next chunk that has text.
+                    if new_text.is_empty() && !is_finish && self.run.gw.text.has_tokenizer() {
+                        // Held back (a possible stop string, a partial
+                        // character): the writers go out with the next
+                        // chunk that has text. Without a tokenizer there is
+                        // no text, and every token gets its chunk.
                         continue;
                     }
                     let writers = std::mem::take(&mut c.unsent_writers);

@@ -106,14 +106,29 @@ pub fn parse_object(body: &[u8], endpoint: Endpoint) -> Result<Map<String, Value
 
 /// Deserializes `map` into `T`, naming the path of a bad value.
 pub fn typed<T: serde::de::DeserializeOwned>(map: Map<String, Value>) -> Result<T, ApiError> {
-    serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
-        let path = e.path().to_string();
+    serde_path_to_error::deserialize(Value::Object(map.clone())).map_err(|e| {
+        let mut path = e.path().to_string();
         let inner = e.into_inner().to_string();
         if path == "." || path.is_empty() {
+            // Flattened fields lose their path: find the culprit alone.
+            path = blame(&map).unwrap_or_default();
+        }
+        if path.is_empty() {
             ApiError::invalid("", inner)
         } else {
             ApiError::invalid(path.clone(), format!("{path}: {inner}"))
         }
+    })
+}
+
+/// The shared sampling field of `map` whose value does not deserialize.
+fn blame(map: &Map<String, Value>) -> Option<String> {
+    map.iter().find_map(|(k, v)| {
+        let mut one = Map::new();
+        one.insert(k.clone(), v.clone());
+        serde_json::from_value::<SamplingFields>(Value::Object(one))
+            .is_err()
+            .then(|| k.clone())
     })
 }
 

@@ -27,13 +27,15 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         warp::any().map(move || gw.clone())
     };
     let body = warp::body::content_length_limit(limit).and(warp::body::bytes());
+    // Path before method: a known path with the wrong method is a 405,
+    // an unknown path a 404.
     let post = |path: &'static str| {
-        warp::post()
-            .and(warp::path::path(path))
+        warp::path::path(path)
             .and(warp::path::end())
+            .and(warp::post())
     };
-    let chat = warp::post()
-        .and(warp::path!("v1" / "chat" / "completions"))
+    let chat = warp::path!("v1" / "chat" / "completions")
+        .and(warp::post())
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
         .and(body.clone())
@@ -42,8 +44,8 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
                 completions::handle(gw, crate::openai::Endpoint::Chat, h, b).await
             },
         );
-    let completions = warp::post()
-        .and(warp::path!("v1" / "completions"))
+    let completions = warp::path!("v1" / "completions")
+        .and(warp::post())
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
         .and(body.clone())
@@ -52,8 +54,8 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
                 completions::handle(gw, crate::openai::Endpoint::Completions, h, b).await
             },
         );
-    let models = warp::get()
-        .and(warp::path!("v1" / "models"))
+    let models = warp::path!("v1" / "models")
+        .and(warp::get())
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
         .map(models::handle);
@@ -67,16 +69,16 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(warp::header::headers_cloned())
         .and(body)
         .map(tokenize::detokenize);
-    let health = warp::get()
-        .and(warp::path!("health"))
+    let health = warp::path!("health")
+        .and(warp::get())
         .and(with_gw.clone())
         .map(health::handle);
-    let metrics = warp::get()
-        .and(warp::path!("metrics"))
+    let metrics = warp::path!("metrics")
+        .and(warp::get())
         .and(with_gw.clone())
         .map(metrics::handle);
-    let ui = warp::get()
-        .and(warp::path!("ui"))
+    let ui = warp::path!("ui")
+        .and(warp::get())
         .and(with_gw.clone())
         .map(ui::handle);
     let recover_gw = gw;

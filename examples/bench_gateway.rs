@@ -1,0 +1,407 @@
+//! `make bench-gateway`: what the HTTP gateway adds on top of the engine,
+//! with the simulated group behind it (config/sim-gateway.yaml).
+//!
+//! In one process and one run:
+//! 1. end-to-end time at concurrency 64, calling the group directly
+//!    (`Group::submit`) and through the gateway (streaming HTTP, reqwest),
+//!    in alternating rounds so drift hits both sides alike;
+//! 2. added latency per streamed token: the backend is wrapped so that each
+//!    token is stamped when the engine emits it, and the client subtracts
+//!    that stamp when the token's SSE chunk arrives;
+//! 3. 1,000 concurrent streaming clients, once against a gateway sized for
+//!    them and once against the config's limits (everything over capacity
+//!    must be a 429, nothing else may fail).
+//!
+//! Writes a Markdown report (`--out`) with the command and the measured
+//! numbers; there are no pass/fail thresholds here.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use futures_util::StreamExt;
+use gateway::backend::inproc::InProcBackend;
+use gateway::backend::{Backend, Submission};
+use gateway::{Gateway, GatewayOptions, GatewayServer};
+use subserver::config::EngineConfig;
+use subserver::sampling::SamplingParams;
+use subserver::scheduler::client::StreamEvent;
+use subserver::service::Service;
+
+#[derive(Parser)]
+struct Args {
+    /// Engine config with a sim backend.
+    #[arg(long)]
+    config: PathBuf,
+    /// Markdown report.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Concurrency of the overhead comparison.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+    /// Tokens per request.
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Alternating rounds (direct, gateway) per side.
+    #[arg(long, default_value_t = 4)]
+    rounds: usize,
+    /// Clients of the many-clients phase.
+    #[arg(long, default_value_t = 1000)]
+    clients: usize,
+}
+
+/// Emission stamps of every token, by the request's first prompt token.
+type Stamps = Arc<Mutex<HashMap<u32, Vec<Instant>>>>;
+
+/// Wraps the in-process backend and stamps each token as the engine emits it.
+struct Stamping {
+    inner: InProcBackend,
+    stamps: Stamps,
+}
+
+impl Backend for Stamping {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    fn submit(&self, prompt: Vec<u32>, params: SamplingParams, pin: Option<u16>) -> Submission {
+        let key = prompt.first().copied().unwrap_or(0);
+        let mut inner = self.inner.submit(prompt, params, pin);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let stamps = self.stamps.clone();
+        let task = tokio::spawn(async move {
+            while let Some(ev) = inner.next().await {
+                if matches!(ev, StreamEvent::Token { .. }) {
+                    if let Ok(mut s) = stamps.lock() {
+                        s.entry(key).or_default().push(Instant::now());
+                    }
+                }
+                if tx.send(ev).is_err() {
+                    break;
+                }
+            }
+        });
+        Submission::new(rx, Box::new(move || task.abort()))
+    }
+
+    fn healthy(&self) -> bool {
+        self.inner.healthy()
+    }
+
+    fn active(&self) -> usize {
+        self.inner.active()
+    }
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// Distinct prompts: the first token identifies the request.
+fn prompt(key: u32) -> Vec<u32> {
+    vec![key, 11, 12, 13, 14, 15, 16, 17]
+}
+
+async fn direct_round(service: &Service, c: usize, max_tokens: usize, base: u32) -> Vec<f64> {
+    let mut tasks = Vec::new();
+    for i in 0..c {
+        let group = service.group().clone();
+        tasks.push(tokio::spawn(async move {
+            let t0 = Instant::now();
+            let (_rid, mut rx) = group.submit(
+                prompt(base + i as u32),
+                SamplingParams {
+                    ignore_eos: true,
+                    ..SamplingParams::greedy(max_tokens)
+                },
+            );
+            let mut n = 0;
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    StreamEvent::Token { .. } => n += 1,
+                    StreamEvent::Finished { .. } => break,
+                    StreamEvent::Failed(e) => panic!("direct request failed: {e}"),
+                }
+            }
+            assert_eq!(n, max_tokens);
+            t0.elapsed().as_secs_f64()
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("direct task"));
+    }
+    out
+}
+
+/// Outcome of one streaming HTTP request.
+struct Streamed {
+    status: u16,
+    e2e_s: f64,
+    /// Arrival of each chunk and the number of tokens it closes.
+    chunks: Vec<(Instant, usize)>,
+    done: bool,
+}
+
+async fn stream_one(client: &reqwest::Client, url: &str, key: u32, max_tokens: usize) -> Streamed {
+    let t0 = Instant::now();
+    let body = serde_json::json!({
+        "model": "tokenrouter",
+        "prompt": prompt(key),
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": true,
+        "stream": true,
+    });
+    let resp = match client.post(url).json(&body).send().await {
+        Ok(r) => r,
+        Err(_) => {
+            return Streamed {
+                status: 0,
+                e2e_s: t0.elapsed().as_secs_f64(),
+                chunks: vec![],
+                done: false,
+            }
+        }
+    };
+    let status = resp.status().as_u16();
+    let mut chunks = Vec::new();
+    let mut done = false;
+    let mut buf = String::new();
+    let mut bytes = resp.bytes_stream();
+    while let Some(piece) = bytes.next().await {
+        let Ok(piece) = piece else { break };
+        let now = Instant::now();
+        buf.push_str(&String::from_utf8_lossy(&piece));
+        while let Some(cut) = buf.find("\n\n") {
+            let frame: String = buf.drain(..cut + 2).collect();
+            let data = frame.trim().trim_start_matches("data: ");
+            if data == "[DONE]" {
+                done = true;
+                continue;
+            }
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(data) {
+                let n = v["choices"][0]["token_sources"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                if n > 0 {
+                    chunks.push((now, n));
+                }
+            }
+        }
+    }
+    Streamed {
+        status,
+        e2e_s: t0.elapsed().as_secs_f64(),
+        chunks,
+        done,
+    }
+}
+
+async fn gateway_round(
+    client: &reqwest::Client,
+    url: &str,
+    c: usize,
+    max_tokens: usize,
+    base: u32,
+) -> Vec<(u32, Streamed)> {
+    let mut tasks = Vec::new();
+    for i in 0..c {
+        let client = client.clone();
+        let url = url.to_string();
+        let key = base + i as u32;
+        tasks.push(tokio::spawn(async move {
+            (key, stream_one(&client, &url, key, max_tokens).await)
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("gateway task"));
+    }
+    out
+}
+
+async fn serve(
+    cfg: &EngineConfig,
+    service: &Service,
+    options: GatewayOptions,
+    stamps: Stamps,
+) -> GatewayServer {
+    let gw = Gateway::new(
+        gateway::app::catalog(cfg),
+        gateway::app::text_side(cfg).expect("tokenizer"),
+        gateway::auth::ApiKeys::default(),
+        options,
+        vec![],
+    )
+    .expect("gateway");
+    gw.pool.set_backends(vec![Arc::new(Stamping {
+        inner: InProcBackend::new(service.group().clone(), "inproc"),
+        stamps,
+    })]);
+    GatewayServer::bind(Arc::new(gw), "127.0.0.1:0")
+        .await
+        .expect("bind")
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let cfg = EngineConfig::from_file(&args.config)?;
+    let service = Service::start(&cfg, None)?;
+    let stamps: Stamps = Arc::default();
+    let base_opts = GatewayOptions::from_config(cfg.gateway());
+    let server = serve(
+        &cfg,
+        &service,
+        GatewayOptions {
+            max_inflight: args.concurrency.max(base_opts.max_inflight),
+            ..base_opts.clone()
+        },
+        stamps.clone(),
+    )
+    .await;
+    let url = format!("http://{}/v1/completions", server.local_addr());
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(2048)
+        .build()?;
+    let c = args.concurrency;
+
+    // Warm-up (connections, allocator, scheduler).
+    direct_round(&service, c, 8, 1).await;
+    gateway_round(&client, &url, c, 8, 1).await;
+
+    let mut direct = Vec::new();
+    let mut via = Vec::new();
+    let mut per_token_ms = Vec::new();
+    let mut key = 1000u32;
+    for _ in 0..args.rounds {
+        direct.extend(direct_round(&service, c, args.max_tokens, key).await);
+        key += c as u32;
+        stamps.lock().map(|mut s| s.clear()).ok();
+        for (k, s) in gateway_round(&client, &url, c, args.max_tokens, key).await {
+            assert!(s.status == 200 && s.done, "gateway request failed: {}", s.status);
+            via.push(s.e2e_s);
+            let emitted = stamps
+                .lock()
+                .ok()
+                .and_then(|m| m.get(&k).cloned())
+                .unwrap_or_default();
+            let mut seen = 0usize;
+            for (at, n) in s.chunks {
+                seen += n;
+                if let Some(e) = emitted.get(seen - 1) {
+                    per_token_ms.push(at.saturating_duration_since(*e).as_secs_f64() * 1e3);
+                }
+            }
+        }
+        key += c as u32;
+    }
+    let (d_mean, g_mean) = (mean(&direct), mean(&via));
+    let overhead = (g_mean - d_mean) / d_mean * 100.0;
+    let (d_p50, g_p50) = (percentile(&mut direct, 50.0), percentile(&mut via, 50.0));
+    let tok_p50 = percentile(&mut per_token_ms, 50.0);
+    let tok_p99 = percentile(&mut per_token_ms, 99.0);
+    let tok_max = percentile(&mut per_token_ms, 100.0);
+    drop(server);
+
+    // Many clients: a gateway sized for all of them, then the config's limits.
+    let mut many = Vec::new();
+    for (label, opts) in [
+        (
+            format!("sized for them (max_inflight {}, max_queue 0)", args.clients),
+            GatewayOptions {
+                max_inflight: args.clients,
+                max_queue: 0,
+                ..base_opts.clone()
+            },
+        ),
+        (
+            format!(
+                "config limits (max_inflight {}, max_queue {})",
+                base_opts.max_inflight, base_opts.max_queue
+            ),
+            base_opts.clone(),
+        ),
+    ] {
+        let server = serve(&cfg, &service, opts, stamps.clone()).await;
+        let url = format!("http://{}/v1/completions", server.local_addr());
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(4096)
+            .timeout(Duration::from_secs(300))
+            .build()?;
+        let t0 = Instant::now();
+        let res = gateway_round(&client, &url, args.clients, 32, 100_000).await;
+        let wall = t0.elapsed().as_secs_f64();
+        let ok = res.iter().filter(|(_, s)| s.status == 200 && s.done).count();
+        let too_many = res.iter().filter(|(_, s)| s.status == 429).count();
+        let other = res.len() - ok - too_many;
+        many.push((label, ok, too_many, other, wall));
+        drop(server);
+    }
+
+    let mut md = String::new();
+    writeln!(md, "# Gateway overhead (sim backend)\n")?;
+    writeln!(
+        md,
+        "Command: `make bench-gateway` (`bench_gateway --config config/sim-gateway.yaml \
+         --concurrency {c} --max-tokens {} --rounds {} --clients {}`), one run, one process, \
+         {} CPU cores. The group is the simulated pair of `config/sim-gateway.yaml` \
+         (quick 2 ms/step, reference 4 ms/step, Bernoulli hand-over 0.35); clients and \
+         gateway share the machine with it.\n",
+        args.max_tokens,
+        args.rounds,
+        args.clients,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    )?;
+    writeln!(md, "## End-to-end time at concurrency {c}\n")?;
+    writeln!(
+        md,
+        "{} requests per side of {} tokens each (greedy, `ignore_eos`), alternating rounds. \
+         Direct = `Group::submit` in process; gateway = streaming `POST /v1/completions` \
+         over loopback HTTP with reqwest.\n",
+        direct.len(),
+        args.max_tokens
+    )?;
+    writeln!(md, "| path | mean e2e (s) | p50 e2e (s) |")?;
+    writeln!(md, "|---|---|---|")?;
+    writeln!(md, "| direct | {d_mean:.4} | {d_p50:.4} |")?;
+    writeln!(md, "| gateway | {g_mean:.4} | {g_p50:.4} |")?;
+    writeln!(md, "\nAdded by the gateway: **{overhead:+.2}%** of the mean end-to-end time.\n")?;
+    writeln!(md, "## Added latency per streamed token\n")?;
+    writeln!(
+        md,
+        "Engine emission (stamped by a wrapper backend as the event leaves the scheduler) \
+         to SSE chunk arrival at the client, {} tokens: p50 **{tok_p50:.3} ms**, \
+         p99 **{tok_p99:.3} ms**, max {tok_max:.3} ms.\n",
+        per_token_ms.len()
+    )?;
+    writeln!(md, "## {} concurrent streaming clients\n", args.clients)?;
+    writeln!(md, "32 tokens each, all started at once.\n")?;
+    writeln!(md, "| gateway | completed | 429 | other errors | wall (s) |")?;
+    writeln!(md, "|---|---|---|---|---|")?;
+    for (label, ok, too_many, other, wall) in &many {
+        writeln!(md, "| {label} | {ok} | {too_many} | {other} | {wall:.2} |")?;
+    }
+    print!("{md}");
+    if let Some(out) = &args.out {
+        if let Some(dir) = out.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(out, &md)?;
+        eprintln!("wrote {}", out.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,5 @@
+include!("../subserver/libtorch_link.rs");
+
+fn main() {
+    libtorch_link::emit();
+}

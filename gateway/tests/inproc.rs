@@ -1,0 +1,113 @@
+//! The gateway over an in-process simulated group: a client that goes away
+//! cancels its request in every subserver and frees its KV; a drain waits
+//! for in-flight requests.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use subserver::config::EngineConfig;
+use subserver::service::Service;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A sim pair without a tokenizer (token-id prompts), every token routed
+/// with probability 0.5 so that both models hold KV for each request.
+const SIM: &str = "\
+model:
+  quick: {sim: {latency_ms: {base: 2.0}, vocab_size: 1000}}
+  reference: {sim: {latency_ms: {base: 3.0}, vocab_size: 1000}}
+system: {entry_model: quick, kv_cache_tokens: 65536}
+scheduler_class: Bernoulli
+scheduler_kwargs: {probability: 0.5}
+backend: sim
+max_batch_wait_ms: 5
+gateway: {port: 0, served_model_name: tr, max_inflight: 8, max_queue: 8, drain_timeout_ms: 5000}
+";
+
+async fn start() -> (gateway::GatewayServer, Service) {
+    let cfg = EngineConfig::from_yaml_str(SIM, Path::new(".")).unwrap();
+    let (gw, service) = gateway::app::inproc(&cfg).unwrap();
+    let server = gateway::GatewayServer::bind(gw, "127.0.0.1:0").await.unwrap();
+    (server, service)
+}
+
+/// Opens a streaming completion and reads until `frames` SSE frames arrived.
+async fn open_stream(addr: std::net::SocketAddr, max_tokens: usize, frames: usize) -> TcpStream {
+    let body = format!(
+        r#"{{"model":"tr","prompt":[1,2,3,4,5,6,7,8],"max_tokens":{max_tokens},"stream":true}}"#
+    );
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while seen.matches("data: ").count() < frames {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "stream closed early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+        assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    }
+    s
+}
+
+fn kv_free(service: &Service) -> Vec<usize> {
+    (0..2)
+        .map(|m| service.group().stats(m).kv_available_blocks)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
+    let (server, service) = start().await;
+    let s = open_stream(server.local_addr(), 50_000, 20).await;
+    assert_eq!(service.group().active(), 1);
+    assert!(
+        (0..2).all(|m| service.group().stats(m).kv_requests == 1),
+        "both models hold KV for the request"
+    );
+    drop(s);
+    let t0 = Instant::now();
+    while service.group().active() != 0
+        || (0..2).any(|m| service.group().stats(m).kv_requests != 0)
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the request was not cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    println!("cancelled everywhere {:?} after the disconnect", t0.elapsed());
+    // Freed blocks may stay in the prefix cache as evictable: available again.
+    let total: Vec<usize> = (0..2).map(|m| service.group().stats(m).kv_blocks).collect();
+    assert!(total.iter().all(|&t| t > 0));
+    assert_eq!(kv_free(&service), total, "every block is available again");
+    let gw = server.gateway().clone();
+    assert_eq!(gw.in_flight(), 0, "the admission slot is back");
+    drop(server);
+    drop(service);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_waits_for_in_flight_requests_and_refuses_new_ones() {
+    let (server, service) = start().await;
+    let addr = server.local_addr();
+    let mut s = open_stream(addr, 200, 2).await;
+    let gw: Arc<gateway::Gateway> = server.gateway().clone();
+    let drain = tokio::spawn(server.drain());
+    while !gw.shutdown.draining() {
+        tokio::task::yield_now().await;
+    }
+    // The in-flight stream runs to its end.
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).await.unwrap();
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.contains("\"finish_reason\":\"length\""), "{rest}");
+    assert!(rest.contains("data: [DONE]"), "{rest}");
+    drain.await.unwrap();
+    assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
+    assert_eq!(service.group().active(), 0);
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The gateway, driven by curl. Usage:
+#   curl_suite.sh BASE_URL             # protocol, errors, metrics (sim group, default limits)
+#   curl_suite.sh BASE_URL overload    # a server with max_inflight 1, max_queue 0
+#   curl_suite.sh BASE_URL auth KEY    # a server with API keys
+# Prints one line per check; exits non-zero when one fails.
+set -u
+BASE=$1
+MODE=${2:-protocol}
+KEY=${3:-}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"; jobs -p | xargs -r kill 2>/dev/null' EXIT
+FAILED=0
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1: $2"; FAILED=$((FAILED + 1)); }
+
+# req NAME EXPECTED_STATUS METHOD PATH [curl args...]: body in $TMP/body, headers in $TMP/headers.
+req() {
+  local name=$1 want=$2 method=$3 path=$4
+  shift 4
+  local got
+  got=$(curl -s -o "$TMP/body" -D "$TMP/headers" -w '%{http_code}' -X "$method" "$BASE$path" "$@")
+  if [ "$got" = "$want" ]; then pass "$name"; else fail "$name" "status $got, want $want: $(head -c 300 "$TMP/body")"; fi
+}
+# has NAME FRAGMENT: the last body contains FRAGMENT.
+has() {
+  if grep -q -F -- "$2" "$TMP/body"; then pass "$1"; else fail "$1" "no '$2' in $(head -c 300 "$TMP/body")"; fi
+}
+JSON=(-H 'content-type: application/json')
+
+case "$MODE" in
+protocol)
+  req health 200 GET /health
+  req models 200 GET /v1/models
+  has models_lists_members '"id":"reference"'
+  req chat 200 POST /v1/chat/completions "${JSON[@]}" \
+    -d '{"model":"tokenrouter","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"return_token_sources":true}'
+  has chat_usage_by_model '"completion_tokens_by_model":{'
+  has chat_token_sources '"token_sources":['
+  req chat_stream 200 POST /v1/chat/completions "${JSON[@]}" -N \
+    -d '{"model":"tokenrouter","messages":[{"role":"user","content":"hi"}],"max_tokens":5,"stream":true,"stream_options":{"include_usage":true}}'
+  has stream_content_type_done 'data: [DONE]'
+  has stream_usage_chunk '"choices":[],"usage":{'
+  grep -qi '^content-type: text/event-stream' "$TMP/headers" && pass sse_content_type || fail sse_content_type "$(cat "$TMP/headers")"
+  req completions_ids 200 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":[1,2,3],"max_tokens":2}'
+  req malformed_json 400 POST /v1/chat/completions "${JSON[@]}" -d '{"model":'
+  has malformed_json_error_shape '"error":{"message":'
+  printf '{"model":"tokenrouter","prompt":"\xff\xfe"}' > "$TMP/bad_utf8"
+  req invalid_utf8 400 POST /v1/completions "${JSON[@]}" --data-binary "@$TMP/bad_utf8"
+  has invalid_utf8_named 'UTF-8'
+  req not_an_object 400 POST /v1/completions "${JSON[@]}" -d '[1,2,3]'
+  head -c 2000000 /dev/zero | tr '\0' 'a' > "$TMP/huge"
+  req huge_body 413 POST /v1/completions "${JSON[@]}" --data-binary "@$TMP/huge"
+  req absurd_number 400 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","temperature":1e999}'
+  req wrong_type 400 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","max_tokens":"many"}'
+  has wrong_type_names_field 'max_tokens'
+  req negative_n 400 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","n":-1}'
+  req huge_max_tokens 400 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","max_tokens":18446744073709551615}'
+  req unsupported_field 400 POST /v1/chat/completions "${JSON[@]}" \
+    -d '{"model":"tokenrouter","messages":[{"role":"user","content":"hi"}],"presence_penalty":1.0,"logit_bias":{"1":2}}'
+  has unsupported_named '"param":"logit_bias"'
+  req unknown_model 404 POST /v1/completions "${JSON[@]}" -d '{"model":"gpt-4","prompt":"x"}'
+  has unknown_model_code '"code":"model_not_found"'
+  req wrong_method 405 GET /v1/completions
+  req unknown_route 404 GET /v2/nothing
+  req tokenize 200 POST /tokenize "${JSON[@]}" -d '{"prompt":"hello world"}'
+  TOKENS=$(sed -n 's/.*"tokens":\(\[[0-9,]*\]\).*/\1/p' "$TMP/body")
+  req detokenize 200 POST /detokenize "${JSON[@]}" -d "{\"tokens\":$TOKENS}"
+  has round_trip '"prompt":"hello world"'
+  req tokenize_chat 200 POST /tokenize "${JSON[@]}" -d '{"messages":[{"role":"user","content":"hi"}]}'
+  req detokenize_out_of_vocab 400 POST /detokenize "${JSON[@]}" -d '{"tokens":[999999999]}'
+  req metrics 200 GET /metrics
+  for m in vllm:time_to_first_token_seconds vllm:inter_token_latency_seconds vllm:e2e_request_latency_seconds \
+           vllm:num_requests_running vllm:num_requests_waiting vllm:request_success_total \
+           tokenrouter:large_model_token_share tokenrouter:http_requests_total tokenrouter:step_latency_seconds; do
+    has "metric_$m" "$m"
+  done
+  has metric_status_400 'status="400"'
+  req still_healthy 200 GET /health
+  ;;
+overload)
+  # One slot, no queue: a long request holds the slot, the next gets 429.
+  curl -s -N "$BASE/v1/completions" "${JSON[@]}" \
+    -d '{"model":"tokenrouter","prompt":"x","max_tokens":100000,"stream":true}' > "$TMP/long" &
+  LONG=$!
+  for _ in $(seq 1 100); do [ -s "$TMP/long" ] && break; sleep 0.05; done
+  req over_capacity 429 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","max_tokens":2}'
+  grep -qi '^retry-after: [0-9]' "$TMP/headers" && pass retry_after || fail retry_after "$(cat "$TMP/headers")"
+  has over_capacity_code '"code":"over_capacity"'
+  # The client leaves: its request is cancelled and the slot frees up.
+  kill "$LONG"; wait "$LONG" 2>/dev/null
+  ok=0
+  for _ in $(seq 1 100); do
+    code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$BASE/v1/completions" "${JSON[@]}" \
+      -d '{"model":"tokenrouter","prompt":"x","max_tokens":2}')
+    [ "$code" = 200 ] && { ok=1; break; }
+    sleep 0.05
+  done
+  [ $ok = 1 ] && pass slot_freed_after_disconnect || fail slot_freed_after_disconnect "still $code"
+  ;;
+auth)
+  req no_key 401 GET /v1/models
+  has no_key_shape '"code":"invalid_api_key"'
+  req wrong_key 401 POST /v1/completions "${JSON[@]}" -H "authorization: Bearer nope" -d '{"model":"tokenrouter","prompt":"x"}'
+  req right_key 200 POST /v1/completions "${JSON[@]}" -H "authorization: Bearer $KEY" -d '{"model":"tokenrouter","prompt":"x","max_tokens":2}'
+  req health_needs_no_key 200 GET /health
+  req metrics_needs_no_key 200 GET /metrics
+  if grep -q -F -- "$KEY" "$TMP/body"; then fail key_not_in_metrics "key leaked"; else pass key_not_in_metrics; fi
+  ;;
+*)
+  echo "unknown mode $MODE"; exit 2 ;;
+esac
+
+echo "curl suite ($MODE): $FAILED failed"
+[ "$FAILED" = 0 ]

@@ -1,0 +1,300 @@
+//! `tokenrouter serve` end to end, driven by real clients: the official
+//! `openai` Python SDK, curl, and headless Chromium on `/ui`. Most tests
+//! serve the simulated pair of `config/sim-gateway.yaml` (real scheduler,
+//! SmolLM2 tokenizer); one serves the embedded default (real SmolLM2 pair).
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A `tokenrouter serve` child; killed on drop.
+struct Served {
+    child: Child,
+    url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Served {
+    /// Starts `serve` with `args` and waits for its "listening on" line.
+    fn start(args: &[&str], dir: Option<tempfile::TempDir>, envs: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(common::binary());
+        cmd.arg("serve")
+            .args(args)
+            .env("TOKENROUTER_CACHE", common::cache_dir())
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn tokenrouter serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.split("listening on ").nth(1) {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        let url = match rx.recv_timeout(Duration::from_secs(180)) {
+            Ok(url) => url,
+            Err(_) => {
+                let _ = child.kill();
+                panic!("tokenrouter serve did not start");
+            }
+        };
+        Self {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+
+    /// The sim group of `config/sim-gateway.yaml`.
+    fn sim() -> Self {
+        let cfg = repo().join("config/sim-gateway.yaml");
+        Self::start(&["--config", cfg.to_str().unwrap(), "--port", "0"], None, &[])
+    }
+
+    /// The sim group with `gateway:` replaced by `gateway_yaml` (indented body).
+    fn sim_with_gateway(gateway_yaml: &str, extra_files: &[(&str, &str)], envs: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let text = std::fs::read_to_string(repo().join("config/sim-gateway.yaml")).unwrap();
+        let head = text.split("\ngateway:").next().unwrap();
+        let cfg = dir.path().join("sim.yaml");
+        std::fs::write(&cfg, format!("{head}\ngateway:\n{gateway_yaml}")).unwrap();
+        for (name, body) in extra_files {
+            std::fs::write(dir.path().join(name), body).unwrap();
+        }
+        let cfg = cfg.to_str().unwrap().to_string();
+        Self::start(&["--config", &cfg, "--port", "0"], Some(dir), envs)
+    }
+
+    fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.pid()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < within, "serve did not exit within {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a program; asserts success and returns stdout.
+fn run_ok(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(out.status.success(), "{what} failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+fn openai_suite(url: &str, extra: &[&str]) -> String {
+    run_ok(
+        Command::new(common::python())
+            .arg(common::script("openai_suite.py"))
+            .args(["--base-url", url])
+            .args(extra),
+        "openai suite",
+    )
+}
+
+fn curl_suite(url: &str, extra: &[&str]) -> String {
+    run_ok(
+        Command::new("bash")
+            .arg(repo().join("tests/curl_suite.sh"))
+            .arg(url)
+            .args(extra),
+        "curl suite",
+    )
+}
+
+#[test]
+fn openai_sdk_suite_on_the_sim_group() {
+    let s = Served::sim();
+    let out = openai_suite(&s.url, &[]);
+    assert!(out.contains("0 failed") && !out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn curl_suite_protocol_errors_and_metrics() {
+    let s = Served::sim();
+    let out = curl_suite(&s.url, &[]);
+    assert!(out.contains("PASS huge_body") && out.contains("0 failed"), "{out}");
+}
+
+#[test]
+fn over_capacity_is_429_and_a_disconnect_frees_the_slot() {
+    let s = Served::sim_with_gateway(
+        "  port: 0\n  served_model_name: tokenrouter\n  max_inflight: 1\n  max_queue: 0\n  retry_after_s: 2\n",
+        &[],
+        &[],
+    );
+    let out = curl_suite(&s.url, &["overload"]);
+    assert!(out.contains("PASS slot_freed_after_disconnect"), "{out}");
+}
+
+#[test]
+fn api_keys_from_file_and_env() {
+    let s = Served::sim_with_gateway(
+        "  port: 0\n  served_model_name: tokenrouter\n  api_keys_file: keys.txt\n  api_keys_env: TR_E2E_KEYS\n",
+        &[("keys.txt", "# keys\nsk-file-key\n")],
+        &[("TR_E2E_KEYS", "sk-env-key")],
+    );
+    curl_suite(&s.url, &["auth", "sk-file-key"]);
+    curl_suite(&s.url, &["auth", "sk-env-key"]);
+    let out = openai_suite(&s.url, &["--api-key", "sk-env-key", "--only", "error_paths"]);
+    assert!(out.contains("PASS error_paths"), "{out}");
+}
+
+#[test]
+fn route_trace_page_colours_tokens_in_headless_chromium() {
+    let s = Served::sim();
+    let chromium = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+        .expect("chromium is missing: run `make test` (it installs Debian chromium)");
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("{}/ui?prompt=Hello%20there&autorun=1&max_tokens=24", s.url);
+    let dom = run_ok(
+        Command::new(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-dev-shm-usage",
+                "--virtual-time-budget=15000",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .arg("--dump-dom")
+            .arg(&url),
+        "chromium",
+    );
+    assert!(dom.contains("data-state=\"done\""), "the page did not finish:\n{dom}");
+    let spans: Vec<&str> = dom.split("<span class=\"tok\"").skip(1).collect();
+    assert!(spans.len() >= 5, "too few token spans:\n{dom}");
+    let writers: std::collections::BTreeSet<&str> = spans
+        .iter()
+        .filter_map(|s| s.split("data-writer=\"").nth(1)?.split('"').next())
+        .collect();
+    assert!(
+        writers.iter().all(|w| ["quick", "reference"].contains(w)) && !writers.is_empty(),
+        "{writers:?}"
+    );
+    assert!(
+        spans.iter().all(|s| s.contains("background")),
+        "every token span is coloured"
+    );
+    assert!(dom.contains("switches"), "share and switches are shown:\n{dom}");
+}
+
+/// Streams a completion with curl in the background; returns the child and its output file.
+fn background_stream(url: &str, max_tokens: usize, out: &Path) -> Child {
+    Command::new("curl")
+        .args(["-s", "-N", "-o"])
+        .arg(out)
+        .arg(format!("{url}/v1/completions"))
+        .args(["-H", "content-type: application/json", "-d"])
+        .arg(format!(
+            r#"{{"model":"tokenrouter","prompt":"x","max_tokens":{max_tokens},"stream":true}}"#
+        ))
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for_bytes(path: &Path) {
+    let start = Instant::now();
+    while std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "no stream output");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish() {
+    let mut s = Served::sim();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("stream");
+    let mut curl = background_stream(&s.url, 150, &out);
+    wait_for_bytes(&out);
+    let status = s.terminate(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}");
+    assert!(curl.wait().unwrap().success());
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("\"finish_reason\":\"length\"") && text.ends_with("data: [DONE]\n\n"), "{text}");
+    // Nothing listens any more.
+    let after = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("{}/health", s.url))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&after.stdout), "000");
+}
+
+#[test]
+fn sigterm_cancels_what_outlives_the_drain_deadline() {
+    let mut s = Served::sim_with_gateway(
+        "  port: 0\n  served_model_name: tokenrouter\n  drain_timeout_ms: 300\n",
+        &[],
+        &[],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("stream");
+    let mut curl = background_stream(&s.url, 100_000, &out);
+    wait_for_bytes(&out);
+    let t0 = Instant::now();
+    let status = s.terminate(Duration::from_secs(15));
+    assert!(status.success(), "{status:?}");
+    let _ = curl.wait();
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(
+        text.contains("event: error") && text.contains("shutting down"),
+        "the stream ends with an error event: {}",
+        &text[text.len().saturating_sub(400)..]
+    );
+    println!("exited {:?} after SIGTERM", t0.elapsed());
+}
+
+#[test]
+fn embedded_default_real_smollm2_pair() {
+    // No config: the built-in SmolLM2 pair with R-Stitch (only the port moves).
+    common::model_dir("smollm2-135m");
+    common::model_dir("smollm2-135m-l12");
+    let cwd = tempfile::tempdir().unwrap();
+    let mut cmd_args = vec!["--port", "0"];
+    cmd_args.push("--host");
+    cmd_args.push("127.0.0.1");
+    let s = Served::start(&cmd_args, Some(cwd), &[]);
+    let out = openai_suite(&s.url, &["--mode", "real", "--served", "default"]);
+    assert!(out.contains("0 failed"), "{out}");
+}
