@@ -73,4 +73,8 @@ pub trait RoutingPolicy: Send {
     }
     /// Forget per-request state (the request ended).
     fn release(&mut self, _rid: Rid) {}
+    /// The threshold `target_large_share` may steer (none by default).
+    fn knob(&self) -> Option<crate::policy::ThresholdKnob> {
+        None
+    }
 }
