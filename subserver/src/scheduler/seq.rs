@@ -15,6 +15,7 @@
 use std::time::Instant;
 
 use crate::peer::message::{ModelIdx, Rid};
+use crate::sampling::logprobs::TokenLogprobs;
 use crate::sampling::{Sampler, SamplingParams, StopChecker};
 use crate::scheduler::client::StreamEvent;
 use crate::tokenizer::IncrementalDecoder;
@@ -57,6 +58,8 @@ pub struct HomeState {
     pub cached_prompt: usize,
     /// Peers that failed this request (fallback keeps the pen at home).
     pub failed_peers: Vec<bool>,
+    /// The model that writes every token (query-level), when pinned.
+    pub pinned_to: Option<ModelIdx>,
 }
 
 /// One request in one subserver.
@@ -85,6 +88,12 @@ pub struct Seq {
     pub written_this_turn: usize,
     /// Seed of the request (policies derive draws from it).
     pub seed: u64,
+    /// Alternatives per token when the request wants logprobs.
+    pub logprobs: Option<usize>,
+    /// Logprobs of `tokens[turn_start..]` (a guest's turn, sent home with them).
+    pub turn_logprobs: Vec<TokenLogprobs>,
+    /// A guest that writes the rest of the request (streams `Progress` home).
+    pub pinned: bool,
     /// Present at the home only.
     pub home_state: Option<HomeState>,
 }

@@ -30,6 +30,17 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
         .collect()
 }
 
+/// `target_large_share` needs a policy with a threshold to steer.
+fn check_steerable(cfg: &EngineConfig, spec: &MemberSpec) -> Result<(), ServiceError> {
+    match (cfg.target_large_share(), spec.policy.knob()) {
+        (Some(_), None) => Err(ServiceError::Unsupported(format!(
+            "target_large_share needs a policy with a threshold; {} has none",
+            cfg.policy().name
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Model `i` of `cfg`, ready to start: runner, tokenizer, policy, thresholds.
 /// `threshold` is the group's live threshold cell (`None`: its own).
 pub fn member(
@@ -53,7 +64,7 @@ pub fn member(
         threshold,
     };
     let policy = policy::build_in(cfg.policy().name.as_str(), &kwargs, at, &env)?;
-    Ok(MemberSpec {
+    let member = MemberSpec {
         name: spec.name.clone(),
         runner,
         policy,
@@ -63,7 +74,9 @@ pub fn member(
             .for_model(i)
             .map(<[usize]>::to_vec)
             .unwrap_or_else(|| vec![1]),
-    })
+    };
+    check_steerable(cfg, &member)?;
+    Ok(member)
 }
 
 /// The runner of model `i` (and its tokenizer when asked and the backend has one).
@@ -121,7 +134,8 @@ pub fn runner(
                 cfg.system().block_size,
                 cfg.sim().seed.wrapping_add(i as u64),
             )
-            .map_err(model_err)?;
+            .map_err(model_err)?
+            .with_logits(sim.logits);
             (Box::new(runner), None)
         }
     };
@@ -153,5 +167,6 @@ pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
         fallback_on_peer_failure: cfg.fallback_on_peer_failure(),
         peer_timeout,
         transport,
+        target_large_share: cfg.target_large_share(),
     })
 }
