@@ -4,11 +4,14 @@
 
 pub mod draw;
 pub mod ensemble;
+pub mod glimp;
 pub mod live_threshold;
+pub mod query_level;
 pub mod random;
 pub mod rstitch;
 pub mod signals;
 pub mod single;
+pub mod step_delimiter;
 
 use std::path::PathBuf;
 
@@ -55,7 +58,14 @@ impl PolicyError {
     }
 }
 
-const KNOWN: &[&str] = &["Random", "RStitch", "ME", "Single"];
+const KNOWN: &[&str] = &[
+    "Random",
+    "RStitch",
+    "ME",
+    "GlimpRouter",
+    "QueryLevel",
+    "Single",
+];
 
 /// Where a policy instance runs.
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +176,12 @@ pub fn build_in(
             kwargs, at, env,
         )?)),
         "ME" | "me" => Ok(Box::new(ensemble::EnsemblePolicy::from_kwargs(kwargs, at)?)),
+        "GlimpRouter" | "glimprouter" | "glimp_router" | "glimp-router" => Ok(Box::new(
+            glimp::GlimpRouterPolicy::from_kwargs(kwargs, at, env)?,
+        )),
+        "QueryLevel" | "query_level" | "query-level" | "querylevel" => Ok(Box::new(
+            query_level::QueryLevelPolicy::from_kwargs(kwargs, at, env)?,
+        )),
         "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
         other => Err(PolicyError::Unknown(other.to_string())),
     }

@@ -102,6 +102,7 @@ mod tests {
             position: 5,
             written_this_turn: 1,
             seed: 0,
+            prompt_entropy: None,
         }
     }
 

@@ -134,12 +134,14 @@ impl ModelRunner for SimRunner {
                 logits: Some(self.random_logits(batch.items.len())?),
                 hidden: None,
                 tokens: None,
+                entropy_sums: None,
             }
         } else {
             StepOutput {
                 logits: None,
                 hidden: None,
                 tokens: Some((0..batch.items.len()).map(|_| self.draw()).collect()),
+                entropy_sums: None,
             }
         };
         sleep_until(start + Duration::from_secs_f64(ms.max(0.0) / 1e3));
@@ -168,6 +170,7 @@ mod tests {
         r.kv().admit(1, &[1, 2, 3]).unwrap();
         r.kv().admit(2, &[4]).unwrap();
         let batch = StepBatch {
+            entropy_items: vec![],
             items: vec![
                 StepItem {
                     rid: 1,

@@ -20,7 +20,7 @@ use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInpu
 use crate::scheduler::client::{GenerateReq, RequestError, StreamEvent, Usage};
 use crate::scheduler::inbox::{Inbound, InboxReceiver};
 use crate::scheduler::policy::{Dest, RouteItem, RoutingPolicy, StepView};
-use crate::scheduler::seq::{HomeState, Seq, SeqState};
+use crate::scheduler::seq::{HomeState, PromptEntropy, Seq, SeqState};
 use crate::scheduler::share_control::ShareController;
 use crate::scheduler::shared::GroupShared;
 use crate::scheduler::stats::SchedulerStats;
@@ -344,6 +344,8 @@ impl<R: ModelRunner> Scheduler<R> {
             cached_prompt: 0,
             failed_peers: vec![false; self.num_models()],
             pinned_to: req.options.pin,
+            prompt_entropy: PromptEntropy::default(),
+            first_routed: false,
         };
         let seq = Seq {
             rid: req.rid,
@@ -369,7 +371,14 @@ impl<R: ModelRunner> Scheduler<R> {
         if let Some(s) = &self.shared {
             s.request_started();
         }
-        if let Some(m) = req.options.pin.filter(|&m| m != self.me()) {
+        let pin = req.options.pin.or_else(|| {
+            let assigned = self.policy.assign(rid, &self.seqs[&rid].tokens)?;
+            ((assigned as usize) < self.num_models()).then_some(assigned)
+        });
+        if let Some(hs) = self.seqs.get_mut(&rid).and_then(|s| s.home_state.as_mut()) {
+            hs.pinned_to = pin;
+        }
+        if let Some(m) = pin.filter(|&m| m != self.me()) {
             // Query-level on a peer: it writes everything; this model never
             // computes the request.
             self.send_to_peer(rid, m);
@@ -761,7 +770,11 @@ impl<R: ModelRunner> Scheduler<R> {
                 })
             })
             .collect();
-        let batch = StepBatch { items };
+        let entropy_items = self.entropy_items(&items);
+        let batch = StepBatch {
+            items,
+            entropy_items,
+        };
         let shared = self.shared.clone();
         if let Some(s) = &shared {
             s.step_started();
@@ -779,7 +792,7 @@ impl<R: ModelRunner> Scheduler<R> {
         match result {
             Ok(out) => {
                 self.stats.record_step(batch.items.len(), elapsed);
-                if let Err(e) = self.after_forward(&plan, out) {
+                if let Err(e) = self.after_forward(&plan, out, &batch.entropy_items) {
                     self.fail_batch(&plan, &e.to_string());
                 }
             }
@@ -791,6 +804,29 @@ impl<R: ModelRunner> Scheduler<R> {
         if let Some(s) = &shared {
             s.step_ended();
         }
+    }
+
+    /// Items whose step feeds prompt tokens the policy wants entropies of
+    /// (each prompt position once, in order).
+    fn entropy_items(&self, items: &[StepItem]) -> Vec<usize> {
+        if !self.policy.wants_prompt_entropy() {
+            return Vec::new();
+        }
+        items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| {
+                self.seqs
+                    .get(&item.rid)
+                    .and_then(|s| s.home_state.as_ref())
+                    .is_some_and(|hs| {
+                        !hs.first_routed
+                            && item.start + item.tokens.len() <= hs.prompt_len
+                            && item.start >= hs.prompt_entropy.upto
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect()
     }
 
     fn fail_batch(&mut self, plan: &[(Rid, usize)], reason: &str) {
@@ -808,6 +844,7 @@ impl<R: ModelRunner> Scheduler<R> {
         &mut self,
         plan: &[(Rid, usize)],
         out: crate::runner::StepOutput,
+        entropy_rows: &[usize],
     ) -> Result<(), crate::error::EngineError> {
         let rows = if out.tokens.is_none() {
             Some(out.logits_rows()?)
@@ -821,6 +858,12 @@ impl<R: ModelRunner> Scheduler<R> {
             let Some(seq) = self.seqs.get_mut(&rid) else {
                 continue;
             };
+            if let (Some(sums), Some(hs)) = (&out.entropy_sums, seq.home_state.as_mut()) {
+                if entropy_rows.contains(&row) {
+                    let sum = sums.get(row).copied().unwrap_or(0.0);
+                    hs.prompt_entropy.add(sum, n, seq.computed + n);
+                }
+            }
             seq.computed += n;
             if seq.pending_tokens() > 0 {
                 continue; // a prefill chunk: not a next-token distribution yet
@@ -845,7 +888,15 @@ impl<R: ModelRunner> Scheduler<R> {
                 _ => None,
             };
             route_logprobs.push(lp);
+            let prompt_entropy = match seq.home_state.as_mut() {
+                Some(hs) if !hs.first_routed => {
+                    hs.first_routed = true;
+                    hs.prompt_entropy.mean()
+                }
+                _ => None,
+            };
             route_items.push(RouteItem {
+                prompt_entropy,
                 rid,
                 home: seq.home,
                 token,
@@ -901,13 +952,22 @@ impl<R: ModelRunner> Scheduler<R> {
                 .home_state
                 .as_ref()
                 .is_some_and(|hs| hs.pinned_to.is_some());
+        let first_contact = |to: ModelIdx| {
+            seq.home_state
+                .as_ref()
+                .is_some_and(|hs| hs.peer_holds.get(to as usize) == Some(&0))
+        };
         let mut dest = match dest {
             _ if pinned => Dest::Stay,
-            Dest::Peer { to, .. }
+            Dest::Peer { to, .. } | Dest::Delegate { to }
                 if to as usize >= self.num_models() || to == me || avoided(to) =>
             {
                 Dest::Stay
             }
+            Dest::Delegate { to } if !first_contact(to) => Dest::Peer {
+                to,
+                keep_token: false,
+            },
             d => d,
         };
         if !is_home {
@@ -925,9 +985,15 @@ impl<R: ModelRunner> Scheduler<R> {
                     keep_token: true,
                 },
                 Dest::Stay => Dest::Stay,
+                // Only a home delegates (first_contact is false at a guest).
+                Dest::Delegate { .. } => Dest::Peer {
+                    to: home,
+                    keep_token: written == 0,
+                },
             };
         }
         match dest {
+            Dest::Delegate { to } => self.delegate(rid, to),
             Dest::Stay => {
                 let lp = self.push_token(rid, item.token, lp);
                 if is_home {
@@ -950,6 +1016,22 @@ impl<R: ModelRunner> Scheduler<R> {
                 }
             }
         }
+    }
+
+    /// Home → `to` for the rest of the request: this model's KV goes back
+    /// to the pool (its prefix stays cached) and `to` streams every token.
+    fn delegate(&mut self, rid: Rid, to: ModelIdx) {
+        let Some(mut seq) = self.seqs.remove(&rid) else {
+            return;
+        };
+        self.free_kv(&seq, true);
+        seq.admitted = false;
+        seq.computed = 0;
+        if let Some(hs) = seq.home_state.as_mut() {
+            hs.pinned_to = Some(to);
+        }
+        self.seqs.insert(rid, seq);
+        self.send_to_peer(rid, to);
     }
 
     /// Appends a token this model wrote. A guest keeps its logprobs for the

@@ -60,6 +60,35 @@ pub struct HomeState {
     pub failed_peers: Vec<bool>,
     /// The model that writes every token (query-level), when pinned.
     pub pinned_to: Option<ModelIdx>,
+    /// Entropies over the prompt (when the policy asks for them).
+    pub prompt_entropy: PromptEntropy,
+    /// The first sample after the prompt has been routed.
+    pub first_routed: bool,
+}
+
+/// Running mean of the normalized next-token entropy over prompt positions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PromptEntropy {
+    /// Sum over measured positions.
+    pub sum: f32,
+    /// Positions measured.
+    pub count: usize,
+    /// Prompt positions before this one are measured (or were cached).
+    pub upto: usize,
+}
+
+impl PromptEntropy {
+    /// Adds a chunk of `n` positions ending at `end` whose entropies sum to `sum`.
+    pub fn add(&mut self, sum: f32, n: usize, end: usize) {
+        self.sum += sum;
+        self.count += n;
+        self.upto = end;
+    }
+
+    /// The mean, when anything was measured.
+    pub fn mean(&self) -> Option<f32> {
+        (self.count > 0).then(|| self.sum / self.count as f32)
+    }
 }
 
 /// One request in one subserver.
