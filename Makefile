@@ -127,7 +127,7 @@ bench-runtime: build
 
 bench-gateway: assets
 	cargo build --release --example bench_gateway
-	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway.yaml \
+	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway-bench.yaml \
 	  --out $(ROOT)/docs/results/gateway.md
 
 bench-tuner: build

@@ -1,5 +1,5 @@
 //! `make bench-gateway`: what the HTTP gateway adds on top of the engine,
-//! with the simulated group behind it (config/sim-gateway.yaml).
+//! with the simulated group behind it (config/sim-gateway-bench.yaml).
 //!
 //! In one process and one run:
 //! 1. end-to-end time at concurrency 64, calling the group directly
@@ -356,9 +356,9 @@ async fn main() -> anyhow::Result<()> {
     writeln!(md, "# Gateway overhead (sim backend)\n")?;
     writeln!(
         md,
-        "Command: `make bench-gateway` (`bench_gateway --config config/sim-gateway.yaml \
+        "Command: `make bench-gateway` (`bench_gateway --config config/sim-gateway-bench.yaml \
          --concurrency {c} --max-tokens {} --rounds {} --clients {}`), one run, one process, \
-         {} CPU cores. The group is the simulated pair of `config/sim-gateway.yaml` \
+         {} CPU cores. The group is the simulated pair of `config/sim-gateway-bench.yaml` \
          (quick 2 ms/step, reference 4 ms/step, Bernoulli hand-over 0.35); clients and \
          gateway share the machine with it.\n",
         args.max_tokens,

@@ -141,7 +141,7 @@ fn curl_suite(url: &str, extra: &[&str]) -> String {
 #[test]
 fn openai_sdk_suite_on_the_sim_group() {
     let s = Served::sim();
-    let out = openai_suite(&s.url, &[]);
+    let out = openai_suite(&s.url, &["--pinned", "--logprobs"]);
     assert!(out.contains("0 failed") && !out.contains("FAIL"), "{out}");
 }
 
@@ -295,6 +295,9 @@ fn embedded_default_real_smollm2_pair() {
     cmd_args.push("--host");
     cmd_args.push("127.0.0.1");
     let s = Served::start(&cmd_args, Some(cwd), &[]);
-    let out = openai_suite(&s.url, &["--mode", "real", "--served", "default"]);
+    let out = openai_suite(
+        &s.url,
+        &["--mode", "real", "--served", "default", "--pinned", "--logprobs"],
+    );
     assert!(out.contains("0 failed"), "{out}");
 }

@@ -85,6 +85,7 @@ fn ours(model: &Path, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut runner = TchRunner::load(&opts).unwrap();
     runner.kv().admit(1, prompt).unwrap();
     let mut batch = StepBatch {
+        entropy_items: vec![],
         items: vec![StepItem {
             rid: 1,
             start: 0,

@@ -107,7 +107,11 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
         .map(|i| {
             entry
                 .member()
-                .submit(vec![i + 1, 2, 3], SamplingParams::greedy(30))
+                .submit(
+                    vec![i + 1, 2, 3],
+                    SamplingParams::greedy(30),
+                    Default::default(),
+                )
                 .1
         })
         .collect();
@@ -130,7 +134,7 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
     let t0 = Instant::now();
     let mut rx = entry
         .member()
-        .submit(vec![9, 9], SamplingParams::greedy(200))
+        .submit(vec![9, 9], SamplingParams::greedy(200), Default::default())
         .1;
     let out = finish(&mut rx);
     assert!(

@@ -113,7 +113,6 @@ impl Run {
             for j in 0..prepared.n {
                 let mut params = prepared.params.clone();
                 params.seed = params.seed.map(|s| s.wrapping_add(j as u64));
-                params = with_logprobs(params, prepared.logprobs);
                 subs.push(group.backend.submit(p.ids.clone(), params, pin));
             }
         }
@@ -155,7 +154,6 @@ impl Run {
     fn apply(&mut self, i: usize, ev: StreamEvent) -> Result<(), ApiError> {
         let now = Instant::now();
         let model = self.gw.metrics.model_name().to_string();
-        let names = self.gw.catalog.members.clone();
         let want_lp = self.prepared.logprobs;
         let text_side = self.gw.text.clone();
         let Some(c) = self.choices.get_mut(i) else {
@@ -166,7 +164,7 @@ impl Run {
                 token,
                 writer,
                 text,
-                ..
+                logprobs,
             } => {
                 if self.first_token.is_none() {
                     self.first_token = Some(now);
@@ -188,12 +186,17 @@ impl Run {
                 c.tokens.push(token);
                 c.writers.push(writer);
                 c.unsent_writers.push(writer);
-                if let Some(k) = want_lp {
-                    let lp = token_logprob(&ev_logprobs_placeholder(), token, k, &text_side);
+                if want_lp.is_some() {
+                    let Some(lp) = logprobs else {
+                        return Err(ApiError::invalid(
+                            "logprobs",
+                            "this group's backend has no logits: logprobs are unavailable",
+                        ));
+                    };
+                    let lp = token_logprob(&lp, token, &text_side);
                     c.logprobs.push(lp.clone());
                     c.unsent_logprobs.push(lp);
                 }
-                let _ = names;
                 Ok(())
             }
             StreamEvent::Finished {
@@ -552,40 +555,29 @@ pub fn usage_json(u: &Usage, names: &[String]) -> Value {
     })
 }
 
-/// Sets the engine's log-probability request (a no-op in builds whose
-/// `SamplingParams` has no `logprobs`).
-fn with_logprobs(
-    params: subserver::sampling::SamplingParams,
-    _logprobs: Option<usize>,
-) -> subserver::sampling::SamplingParams {
-    params
-}
-
-fn ev_logprobs_placeholder() -> Option<subserver::sampling::TokenLogprobs> {
-    None
-}
-
 /// One token's entry in chat `logprobs.content`.
 fn token_logprob(
-    lp: &Option<subserver::sampling::TokenLogprobs>,
+    lp: &subserver::sampling::TokenLogprobs,
     token: u32,
-    _k: usize,
     text: &crate::text::TextSide,
 ) -> Value {
-    let tok_text = |id: u32| text.decode(&[id], false).unwrap_or_default();
-    match lp {
-        Some(lp) => json!({
-            "token": tok_text(token),
-            "logprob": lp.logprob,
-            "bytes": tok_text(token).into_bytes(),
-            "top_logprobs": lp.top.iter().map(|&(id, l)| json!({
-                "token": tok_text(id),
-                "logprob": l,
-                "bytes": tok_text(id).into_bytes(),
-            })).collect::<Vec<_>>(),
-        }),
-        None => json!({"token": tok_text(token), "logprob": Value::Null, "bytes": tok_text(token).into_bytes(), "top_logprobs": []}),
-    }
+    // Without a tokenizer, a token is shown as its id.
+    let tok_text = |id: u32| {
+        text.decode(&[id], false)
+            .unwrap_or_else(|_| format!("token_id:{id}"))
+    };
+    // The engine reports -inf for a masked token; JSON has no infinity.
+    let finite = |x: f32| if x.is_finite() { x } else { -9999.0 };
+    json!({
+        "token": tok_text(token),
+        "logprob": finite(lp.logprob),
+        "bytes": tok_text(token).into_bytes(),
+        "top_logprobs": lp.top.iter().map(|&(id, l)| json!({
+            "token": tok_text(id),
+            "logprob": finite(l),
+            "bytes": tok_text(id).into_bytes(),
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// Completions-style `logprobs` from chat-style entries.

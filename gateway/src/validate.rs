@@ -19,7 +19,7 @@ pub const MAX_N: usize = 64;
 /// Most prompts in one completions request.
 pub const MAX_PROMPTS: usize = 64;
 /// Most alternatives per position (`top_logprobs`, completions `logprobs`).
-pub const MAX_TOP_LOGPROBS: usize = 20;
+pub const MAX_TOP_LOGPROBS: usize = subserver::sampling::MAX_TOP_LOGPROBS;
 /// Chat `max_tokens` when the client gives none.
 pub const DEFAULT_CHAT_MAX_TOKENS: usize = 512;
 /// Completions `max_tokens` when the client gives none (OpenAI's default).
@@ -179,6 +179,7 @@ fn sampling(
         stop,
         stop_token_ids: f.stop_token_ids.clone().unwrap_or_default(),
         ignore_eos: f.ignore_eos.unwrap_or(false),
+        ..SamplingParams::default()
     };
     params.validate().map_err(|e| match e {
         subserver::sampling::SamplingError::InvalidParam { field, reason } => {
@@ -236,7 +237,7 @@ pub fn chat(req: ChatRequest, catalog: &Catalog, text: &TextSide) -> Result<Prep
             "give max_tokens or max_completion_tokens, not both",
         ));
     }
-    let (params, n, stream, include_usage, continuous_usage, sources) = sampling(
+    let (mut params, n, stream, include_usage, continuous_usage, sources) = sampling(
         &req.sampling,
         req.max_completion_tokens.or(req.sampling.max_tokens),
         DEFAULT_CHAT_MAX_TOKENS,
@@ -260,6 +261,7 @@ pub fn chat(req: ChatRequest, catalog: &Catalog, text: &TextSide) -> Result<Prep
             Some(k as usize)
         }
     };
+    params.logprobs = logprobs;
     let mut messages = Vec::with_capacity(req.messages.len());
     for (i, m) in req.messages.iter().enumerate() {
         let role = match m.role.as_str() {
@@ -344,7 +346,7 @@ pub fn completion(
     text: &TextSide,
 ) -> Result<Prepared, ApiError> {
     let target = catalog.resolve(&req.model)?;
-    let (params, n, stream, include_usage, continuous_usage, sources) = sampling(
+    let (mut params, n, stream, include_usage, continuous_usage, sources) = sampling(
         &req.sampling,
         req.sampling.max_tokens,
         DEFAULT_COMPLETION_MAX_TOKENS,
@@ -359,6 +361,7 @@ pub fn completion(
             ))
         }
     };
+    params.logprobs = logprobs;
     let echo = req.echo.unwrap_or(false);
     if echo && logprobs.is_some() {
         return Err(ApiError::Unsupported(vec!["echo with logprobs".into()]));

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use subserver::sampling::SamplingParams;
+use subserver::scheduler::client::SubmitOptions;
 use subserver::scheduler::group::Group;
 
 use super::{Backend, Submission};
@@ -29,7 +30,9 @@ impl Backend for InProcBackend {
     }
 
     fn submit(&self, prompt: Vec<u32>, params: SamplingParams, pin: Option<u16>) -> Submission {
-        let (rid, events) = crate::backend::inproc::submit(&self.group, prompt, params, pin);
+        let (rid, events) = self
+            .group
+            .submit_with(prompt, params, SubmitOptions { pin });
         let group = self.group.clone();
         Submission::new(events, Box::new(move || group.cancel(rid)))
     }
@@ -40,30 +43,5 @@ impl Backend for InProcBackend {
 
     fn active(&self) -> usize {
         self.group.active()
-    }
-}
-
-/// Submits with or without a pinned writer.
-fn submit(
-    group: &Group,
-    prompt: Vec<u32>,
-    params: SamplingParams,
-    pin: Option<u16>,
-) -> (
-    subserver::peer::message::Rid,
-    tokio::sync::mpsc::UnboundedReceiver<subserver::scheduler::client::StreamEvent>,
-) {
-    match pin {
-        None => group.submit(prompt, params),
-        Some(m) => {
-            // Query-level routing needs `Group::submit_with` (main branch).
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let _ = tx.send(subserver::scheduler::client::StreamEvent::Failed(
-                subserver::scheduler::client::RequestError::Invalid(format!(
-                    "query-level routing on model {m} is not available in this build"
-                )),
-            ));
-            (0, rx)
-        }
     }
 }

@@ -20,7 +20,7 @@ use crate::runner::sim::SimRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
-use crate::scheduler::group::{Group, GroupSettings, GroupTransport, MemberSpec};
+use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -203,9 +203,8 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
             max_batched_tokens: 8192,
             max_batch_size: 512,
         },
-        fallback_on_peer_failure: false,
         peer_timeout: Duration::from_secs(60),
-        transport: GroupTransport::InProc,
+        ..GroupSettings::default()
     };
     let group = Arc::new(Group::start(members, settings));
     let stop = Arc::new(AtomicBool::new(false));

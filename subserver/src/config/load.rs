@@ -365,6 +365,7 @@ fn build_sim(raw: RawSimModel, key: &str) -> Result<SimModel, ConfigError> {
             DEFAULT_SIM_VOCAB_SIZE,
             &format!("{key}.vocab_size"),
         )?,
+        logits: raw.logits.unwrap_or(false),
     })
 }
 

@@ -16,6 +16,9 @@ pub struct SimModel {
     pub latency_ms: LatencyModel,
     /// Vocabulary the seeded token generator draws from (> 0).
     pub vocab_size: usize,
+    /// Emit seeded random logits (the scheduler samples; entropy-reading
+    /// policies and logprobs work) instead of tokens.
+    pub logits: bool,
 }
 
 /// One model, with group defaults already applied.

@@ -53,6 +53,7 @@ pub(crate) struct RawModel {
 pub(crate) struct RawSimModel {
     pub latency_ms: Option<RawLatency>,
     pub vocab_size: Option<usize>,
+    pub logits: Option<bool>,
 }
 
 /// `model.<name>.sim.latency_ms`: the linear keys or `table`.

@@ -254,7 +254,7 @@ impl<R: ModelRunner> BatchEngine<R> {
                 }
             })
             .collect();
-        let out = self.runner.forward(&StepBatch { items })?;
+        let out = self.runner.forward(&StepBatch::new(items))?;
         let rows = out.logits_rows()?;
         let mut events = Vec::new();
         for (&(i, n), logits) in plan.iter().zip(rows) {

@@ -19,6 +19,7 @@ pub struct ModelMetrics {
     pending: IntGauge,
     kv_usage: Gauge,
     threshold: IntGauge,
+    routing_threshold: Gauge,
     concurrency: IntGauge,
     /// One histogram per `batch_bucket`, in `BATCH_BUCKETS` order.
     step_latency: Vec<Histogram>,
@@ -39,6 +40,7 @@ impl ModelMetrics {
             pending: shared.pending.with_label_values(m),
             kv_usage: shared.kv_usage.with_label_values(m),
             threshold: shared.threshold.with_label_values(m),
+            routing_threshold: shared.routing_threshold.with_label_values(m),
             concurrency: shared.concurrency.with_label_values(m),
             step_latency: BATCH_BUCKET_NAMES
                 .iter()
@@ -99,6 +101,11 @@ impl ModelMetrics {
         }
         self.kv_usage.set(fraction);
         Ok(())
+    }
+
+    /// Sets the routing threshold the share controller steered to.
+    pub fn set_routing_threshold(&self, t: f64) {
+        self.routing_threshold.set(t);
     }
 
     /// Sets the current delayed-batching threshold B.

@@ -11,6 +11,9 @@ pub const NUM_REQUESTS_PENDING: &str = "tokenrouter:num_requests_pending";
 pub const KV_CACHE_USAGE_PERC: &str = "tokenrouter:kv_cache_usage_perc";
 /// Gauge `{model}`: the current delayed-batching threshold B.
 pub const DELAYED_BATCHING_THRESHOLD: &str = "tokenrouter:delayed_batching_threshold";
+/// Gauge `{model}`: the policy's routing threshold as `target_large_share`
+/// steers it (set by the entry model).
+pub const ROUTING_THRESHOLD: &str = "tokenrouter:routing_threshold";
 /// Gauge `{model}`: active requests in the group, as this model sees them.
 pub const ACTIVE_CONCURRENCY: &str = "tokenrouter:active_concurrency";
 /// Histogram `{model, batch_bucket}`: wall time of one step, seconds.

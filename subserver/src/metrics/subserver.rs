@@ -19,6 +19,7 @@ pub struct SubserverMetrics {
     pub(super) pending: IntGaugeVec,
     pub(super) kv_usage: GaugeVec,
     pub(super) threshold: IntGaugeVec,
+    pub(super) routing_threshold: GaugeVec,
     pub(super) concurrency: IntGaugeVec,
     pub(super) step_latency: HistogramVec,
     pub(super) route_transitions: IntCounterVec,
@@ -56,6 +57,14 @@ impl SubserverMetrics {
                 "Current delayed-batching threshold B: runnable requests needed to start a step.",
                 model,
             )?,
+            routing_threshold: GaugeVec::new(
+                Opts::new(
+                    names::ROUTING_THRESHOLD,
+                    "Routing threshold as steered by target_large_share.",
+                ),
+                model,
+            )
+            .map_err(|source| register_error(names::ROUTING_THRESHOLD, source))?,
             concurrency: int_gauge(
                 names::ACTIVE_CONCURRENCY,
                 "Active requests in the group as seen by this model.",
@@ -148,6 +157,10 @@ impl SubserverMetrics {
             (
                 names::DELAYED_BATCHING_THRESHOLD,
                 Box::new(self.threshold.clone()),
+            ),
+            (
+                names::ROUTING_THRESHOLD,
+                Box::new(self.routing_threshold.clone()),
             ),
             (
                 names::ACTIVE_CONCURRENCY,

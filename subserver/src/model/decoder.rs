@@ -167,12 +167,15 @@ impl Decoder {
 
     /// One forward over a ragged batch. Writes the new tokens' K/V into `kv`
     /// and returns, per batch item, the last position's logits (`[B, V]`, f32)
-    /// and final hidden state after the last norm (`[B, H]`).
+    /// and final hidden state after the last norm (`[B, H]`), plus, when
+    /// `entropy_rows` (`[N]` rows of the `[T]` new tokens) is given, the
+    /// normalized next-token entropy at each of those rows (`[N]`, on the CPU).
     pub fn forward(
         &self,
         layout: &BatchLayout,
         kv: &mut KvStorage,
-    ) -> Result<(Tensor, Tensor), EngineError> {
+        entropy_rows: Option<&Tensor>,
+    ) -> Result<(Tensor, Tensor, Option<Vec<f32>>), EngineError> {
         let _guard = tch::no_grad_guard();
         let cfg = &self.cfg;
         let nh = cfg.num_attention_heads as i64;
@@ -209,12 +212,20 @@ impl Decoder {
                 .f_mul(&gu.f_narrow(1, inter, inter)?)?;
             x = x.f_add(&act.f_linear::<Tensor>(&layer.down, None)?)?;
         }
+        let entropies = match entropy_rows {
+            Some(rows) => {
+                let h = rms_norm(&x.f_index_select(0, rows)?, &self.norm, eps)?;
+                let logits = h.f_linear::<Tensor>(&self.lm_head, None)?;
+                Some(crate::policy::signals::normalized_entropy_rows(&logits)?)
+            }
+            None => None,
+        };
         let last = x.f_index_select(0, &layout.last)?;
         let hidden = rms_norm(&last, &self.norm, eps)?;
         let logits = hidden
             .f_linear::<Tensor>(&self.lm_head, None)?
             .f_to_kind(Kind::Float)?;
-        Ok((logits, hidden))
+        Ok((logits, hidden, entropies))
     }
 
     /// Attention of the new queries against each item's whole context,

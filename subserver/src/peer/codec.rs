@@ -17,7 +17,7 @@ use crate::peer::message::{ModelIdx, PeerMsg};
 use crate::peer::transport::TransportError;
 
 /// Version of the frame and message encoding; bumped on any change.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// First bytes of every handshake ("TokenRouter Peer").
 pub const MAGIC: [u8; 4] = *b"TRPR";
@@ -192,6 +192,7 @@ mod tests {
 
     use super::*;
     use crate::peer::message::{PeerReq, RequestMeta};
+    use crate::sampling::logprobs::TokenLogprobs;
     use crate::sampling::SamplingParams;
 
     /// One message of each variant, with non-default contents everywhere.
@@ -206,6 +207,13 @@ mod tests {
             stop: vec!["</s>".into(), "\n\nUser:".into(), "é∑".into()],
             stop_token_ids: vec![2, 151_645],
             ignore_eos: true,
+            logprobs: Some(3),
+        };
+        let lp = TokenLogprobs {
+            token: 7,
+            logprob: -0.25,
+            rank: 2,
+            top: vec![(3, -0.1), (7, -0.25)],
         };
         vec![
             PeerMsg::Req(PeerReq {
@@ -220,7 +228,9 @@ mod tests {
                 meta: Some(RequestMeta {
                     sampling,
                     seed: 0xdead_beef_cafe,
+                    pinned: true,
                 }),
+                logprobs: vec![],
             }),
             PeerMsg::Req(PeerReq {
                 rid: 5,
@@ -232,7 +242,15 @@ mod tests {
                 budget: 0,
                 n_active: 0,
                 meta: None,
+                logprobs: vec![lp.clone()],
             }),
+            PeerMsg::Progress {
+                rid: 6,
+                from: 1,
+                loc: 90,
+                tokens: vec![7, 8],
+                logprobs: vec![lp],
+            },
             PeerMsg::Release { rid: 42, from: 1 },
             PeerMsg::Failed {
                 rid: 43,
@@ -369,7 +387,8 @@ mod tests {
         let mut wrong_version = payload.clone();
         wrong_version[4..6].copy_from_slice(&(PROTOCOL_VERSION + 1).to_be_bytes());
         let err = Handshake::decode(&wrong_version).unwrap_err();
-        assert!(err.to_string().contains("version 2"), "{err}");
+        let expected = format!("version {}", PROTOCOL_VERSION + 1);
+        assert!(err.to_string().contains(&expected), "{err}");
 
         let err = Handshake::decode(&payload[..7]).unwrap_err();
         assert!(matches!(err, TransportError::Codec(_)));

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::sampling::logprobs::TokenLogprobs;
 use crate::sampling::SamplingParams;
 
 /// Index of a model in its group (0 = the entry model).
@@ -18,6 +19,10 @@ pub struct RequestMeta {
     pub sampling: SamplingParams,
     /// Seed for the peer's sampler (derived from the request's seed, so runs repeat).
     pub seed: u64,
+    /// The receiver writes the rest of the request (query-level routing):
+    /// it keeps the pen, streams each token home as a `Progress`, and
+    /// returns only at EOS or when the budget is spent.
+    pub pinned: bool,
 }
 
 /// A hand-over of the pen: the receiver writes next.
@@ -43,6 +48,9 @@ pub struct PeerReq {
     pub n_active: u32,
     /// Present on the first hand-over of a request to this receiver.
     pub meta: Option<RequestMeta>,
+    /// Log-probabilities of `tokens` as their writer saw them (a guest's
+    /// return, when the request asked for logprobs); else empty.
+    pub logprobs: Vec<TokenLogprobs>,
 }
 
 /// Every message between subservers.
@@ -50,6 +58,21 @@ pub struct PeerReq {
 pub enum PeerMsg {
     /// Hand the request to the receiver.
     Req(PeerReq),
+    /// A pinned guest streams the tokens it wrote home while keeping the
+    /// pen: the home commits them (and may finish the request) without
+    /// handing anything back.
+    Progress {
+        /// Request id.
+        rid: Rid,
+        /// Sender (the pen holder).
+        from: ModelIdx,
+        /// Position of `tokens[0]`; must equal what the home holds.
+        loc: u32,
+        /// Tokens written since the last progress.
+        tokens: Vec<u32>,
+        /// Their log-probabilities, when the request asked for them.
+        logprobs: Vec<TokenLogprobs>,
+    },
     /// The request ended at its home (finished or cancelled): free all state for it.
     Release {
         /// Request id.
@@ -74,7 +97,9 @@ impl PeerMsg {
     pub fn rid(&self) -> Rid {
         match self {
             Self::Req(r) => r.rid,
-            Self::Release { rid, .. } | Self::Failed { rid, .. } => *rid,
+            Self::Progress { rid, .. } | Self::Release { rid, .. } | Self::Failed { rid, .. } => {
+                *rid
+            }
         }
     }
 
@@ -82,6 +107,7 @@ impl PeerMsg {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::Req(_) => "handover",
+            Self::Progress { .. } => "progress",
             Self::Release { .. } => "release",
             Self::Failed { .. } => "failed",
         }
@@ -91,7 +117,9 @@ impl PeerMsg {
     pub fn from(&self) -> ModelIdx {
         match self {
             Self::Req(r) => r.from,
-            Self::Release { from, .. } | Self::Failed { from, .. } => *from,
+            Self::Progress { from, .. }
+            | Self::Release { from, .. }
+            | Self::Failed { from, .. } => *from,
         }
     }
 }

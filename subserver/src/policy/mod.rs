@@ -4,13 +4,22 @@
 
 pub mod draw;
 pub mod ensemble;
+pub mod glimp;
+pub mod live_threshold;
+pub mod query_level;
 pub mod random;
 pub mod rstitch;
 pub mod signals;
 pub mod single;
+pub mod step_delimiter;
+
+use std::path::PathBuf;
 
 use crate::peer::message::ModelIdx;
+use crate::tokenizer::TextTokenizer;
+
 use crate::scheduler::policy::RoutingPolicy;
+pub use live_threshold::{LiveThreshold, ShareDirection, ThresholdKnob};
 
 /// Policy construction errors.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -49,7 +58,14 @@ impl PolicyError {
     }
 }
 
-const KNOWN: &[&str] = &["Random", "RStitch", "ME", "Single"];
+const KNOWN: &[&str] = &[
+    "Random",
+    "RStitch",
+    "ME",
+    "GlimpRouter",
+    "QueryLevel",
+    "Single",
+];
 
 /// Where a policy instance runs.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +76,57 @@ pub struct Placement {
     pub num_models: usize,
     /// The entry (home) model.
     pub entry: ModelIdx,
+}
+
+/// What a policy may need besides its kwargs: where relative paths in the
+/// kwargs resolve, the device its own weights go to, the model's tokenizer
+/// (text-aware policies) and the group's live threshold cell.
+#[derive(Clone)]
+pub struct PolicyEnv {
+    /// Directory relative kwarg paths (router checkpoints) resolve against.
+    pub base_dir: PathBuf,
+    /// Device of the model the policy reads (router weights go there).
+    pub device: tch::Device,
+    /// The model's tokenizer, when it has one.
+    pub tokenizer: Option<TextTokenizer>,
+    /// The group-wide threshold cell; `None` gives each instance its own.
+    pub threshold: Option<LiveThreshold>,
+}
+
+impl Default for PolicyEnv {
+    fn default() -> Self {
+        Self {
+            base_dir: PathBuf::from("."),
+            device: tch::Device::Cpu,
+            tokenizer: None,
+            threshold: None,
+        }
+    }
+}
+
+impl PolicyEnv {
+    /// The live threshold: the group's cell set to `initial`, or a new one.
+    /// Every member sets the same configured value, so the order they are
+    /// built in does not matter.
+    pub fn live_threshold(&self, initial: f64) -> LiveThreshold {
+        match &self.threshold {
+            Some(cell) => {
+                cell.set(initial);
+                cell.clone()
+            }
+            None => LiveThreshold::new(initial),
+        }
+    }
+
+    /// `path` as given, or joined to `base_dir` when relative.
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        let p = PathBuf::from(path);
+        if p.is_absolute() {
+            p
+        } else {
+            self.base_dir.join(p)
+        }
+    }
 }
 
 /// Reads an optional f64 kwarg.
@@ -84,20 +151,37 @@ pub fn kwarg_u64(kwargs: &serde_json::Value, key: &str) -> Result<Option<u64>, P
     }
 }
 
-/// Builds the policy instance for one model of a group.
+/// Builds the policy instance for one model of a group, with a default
+/// environment (paths relative to the working directory, CPU, no tokenizer).
 pub fn build(
     name: &str,
     kwargs: &serde_json::Value,
     at: Placement,
 ) -> Result<Box<dyn RoutingPolicy>, PolicyError> {
+    build_in(name, kwargs, at, &PolicyEnv::default())
+}
+
+/// Builds the policy instance for one model of a group in `env`.
+pub fn build_in(
+    name: &str,
+    kwargs: &serde_json::Value,
+    at: Placement,
+    env: &PolicyEnv,
+) -> Result<Box<dyn RoutingPolicy>, PolicyError> {
     match name {
-        "Random" | "random" | "Bernoulli" | "bernoulli" => {
-            Ok(Box::new(random::RandomPolicy::from_kwargs(kwargs, at)?))
-        }
-        "RStitch" | "r_stitch" | "R-Stitch" => {
-            Ok(Box::new(rstitch::RStitchPolicy::from_kwargs(kwargs, at)?))
-        }
+        "Random" | "random" | "Bernoulli" | "bernoulli" => Ok(Box::new(
+            random::RandomPolicy::from_kwargs(kwargs, at, env)?,
+        )),
+        "RStitch" | "r_stitch" | "R-Stitch" => Ok(Box::new(rstitch::RStitchPolicy::from_kwargs(
+            kwargs, at, env,
+        )?)),
         "ME" | "me" => Ok(Box::new(ensemble::EnsemblePolicy::from_kwargs(kwargs, at)?)),
+        "GlimpRouter" | "glimprouter" | "glimp_router" | "glimp-router" => Ok(Box::new(
+            glimp::GlimpRouterPolicy::from_kwargs(kwargs, at, env)?,
+        )),
+        "QueryLevel" | "query_level" | "query-level" | "querylevel" => Ok(Box::new(
+            query_level::QueryLevelPolicy::from_kwargs(kwargs, at, env)?,
+        )),
         "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
         other => Err(PolicyError::Unknown(other.to_string())),
     }

@@ -6,13 +6,16 @@
 
 use crate::peer::message::ModelIdx;
 use crate::policy::draw::uniform;
-use crate::policy::{kwarg_f64, kwarg_u64, Placement, PolicyError};
+use crate::policy::{
+    kwarg_f64, kwarg_u64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
+    ThresholdKnob,
+};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs`: `probability` (default 0.5), `seed` (mixed into each
 /// request's seed), `target` (model index, default the last model).
 pub struct RandomPolicy {
-    probability: f64,
+    probability: LiveThreshold,
     seed: u64,
     target: ModelIdx,
     at: Placement,
@@ -20,7 +23,11 @@ pub struct RandomPolicy {
 
 impl RandomPolicy {
     /// Reads the kwargs.
-    pub fn from_kwargs(kwargs: &serde_json::Value, at: Placement) -> Result<Self, PolicyError> {
+    pub fn from_kwargs(
+        kwargs: &serde_json::Value,
+        at: Placement,
+        env: &PolicyEnv,
+    ) -> Result<Self, PolicyError> {
         let probability = kwarg_f64(kwargs, "probability")?.unwrap_or(0.5);
         if !(0.0..=1.0).contains(&probability) {
             return Err(PolicyError::BadKwarg {
@@ -47,7 +54,7 @@ impl RandomPolicy {
             });
         }
         Ok(Self {
-            probability,
+            probability: env.live_threshold(probability),
             seed: kwarg_u64(kwargs, "seed")?.unwrap_or(0),
             target: target as ModelIdx,
             at,
@@ -65,7 +72,7 @@ impl RoutingPolicy for RandomPolicy {
             .iter()
             .map(|item| {
                 if view.model == self.at.entry {
-                    if uniform(item.seed ^ self.seed, item.position, 0) < self.probability {
+                    if uniform(item.seed ^ self.seed, item.position, 0) < self.probability.get() {
                         Dest::Peer {
                             to: self.target,
                             keep_token: false,
@@ -82,5 +89,14 @@ impl RoutingPolicy for RandomPolicy {
                 }
             })
             .collect()
+    }
+
+    fn knob(&self) -> Option<ThresholdKnob> {
+        Some(ThresholdKnob {
+            cell: self.probability.clone(),
+            direction: ShareDirection::RisesWithThreshold,
+            min: 0.0,
+            max: 1.0,
+        })
     }
 }

@@ -7,18 +7,24 @@
 
 use crate::peer::message::ModelIdx;
 use crate::policy::signals::normalized_entropy_rows;
-use crate::policy::{kwarg_f64, Placement, PolicyError};
+use crate::policy::{
+    kwarg_f64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
+};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs`: `threshold` (τ, default 0.03).
 pub struct RStitchPolicy {
-    threshold: f64,
+    threshold: LiveThreshold,
     other: ModelIdx,
 }
 
 impl RStitchPolicy {
     /// Reads the kwargs; R-Stitch pairs exactly two models.
-    pub fn from_kwargs(kwargs: &serde_json::Value, at: Placement) -> Result<Self, PolicyError> {
+    pub fn from_kwargs(
+        kwargs: &serde_json::Value,
+        at: Placement,
+        env: &PolicyEnv,
+    ) -> Result<Self, PolicyError> {
         if at.num_models != 2 {
             return Err(PolicyError::ModelCount {
                 policy: "RStitch",
@@ -34,14 +40,14 @@ impl RStitchPolicy {
             });
         }
         Ok(Self {
-            threshold,
+            threshold: env.live_threshold(threshold),
             other: 1 - at.model,
         })
     }
 
     /// The predicate: hand over when the entropy is above the threshold.
     pub fn hands_over(&self, normalized_entropy: f32) -> bool {
-        normalized_entropy as f64 > self.threshold
+        normalized_entropy as f64 > self.threshold.get()
     }
 }
 
@@ -70,6 +76,15 @@ impl RoutingPolicy for RStitchPolicy {
             })
             .collect()
     }
+
+    fn knob(&self) -> Option<ThresholdKnob> {
+        Some(ThresholdKnob {
+            cell: self.threshold.clone(),
+            direction: ShareDirection::FallsWithThreshold,
+            min: 0.0,
+            max: 1.0,
+        })
+    }
 }
 
 #[cfg(test)]
@@ -87,6 +102,7 @@ mod tests {
             position: 5,
             written_this_turn: 1,
             seed: 0,
+            prompt_entropy: None,
         }
     }
 
@@ -97,8 +113,12 @@ mod tests {
             num_models: 2,
             entry: 0,
         };
-        let mut p =
-            RStitchPolicy::from_kwargs(&serde_json::json!({"threshold": 0.03}), at).unwrap();
+        let mut p = RStitchPolicy::from_kwargs(
+            &serde_json::json!({"threshold": 0.03}),
+            at,
+            &PolicyEnv::default(),
+        )
+        .unwrap();
         // Row 0: one logit far above the rest (entropy ~0); row 1: uniform (entropy 1).
         let mut row0 = vec![0.0f32; 16];
         row0[3] = 30.0;
@@ -123,9 +143,12 @@ mod tests {
                 }
             ]
         );
-        let mut back =
-            RStitchPolicy::from_kwargs(&serde_json::json!({}), Placement { model: 1, ..at })
-                .unwrap();
+        let mut back = RStitchPolicy::from_kwargs(
+            &serde_json::json!({}),
+            Placement { model: 1, ..at },
+            &PolicyEnv::default(),
+        )
+        .unwrap();
         let view = StepView { model: 1, ..view };
         assert_eq!(
             back.route(&view)[1],
@@ -143,14 +166,20 @@ mod tests {
             num_models: 3,
             entry: 0,
         };
-        assert!(RStitchPolicy::from_kwargs(&serde_json::json!({}), at).is_err());
+        assert!(
+            RStitchPolicy::from_kwargs(&serde_json::json!({}), at, &PolicyEnv::default()).is_err()
+        );
         let at = Placement {
             num_models: 2,
             ..at
         };
-        let e = RStitchPolicy::from_kwargs(&serde_json::json!({"threshold": 2.0}), at)
-            .err()
-            .unwrap();
+        let e = RStitchPolicy::from_kwargs(
+            &serde_json::json!({"threshold": 2.0}),
+            at,
+            &PolicyEnv::default(),
+        )
+        .err()
+        .unwrap();
         assert!(e.to_string().contains("scheduler_kwargs.threshold"));
     }
 }

@@ -30,9 +30,20 @@ pub struct StepItem {
 pub struct StepBatch {
     /// Items; each brings at least one token.
     pub items: Vec<StepItem>,
+    /// Indices of items whose every new position's next-token entropy is
+    /// wanted (a policy that classifies the prompt); usually empty.
+    pub entropy_items: Vec<usize>,
 }
 
 impl StepBatch {
+    /// A batch of `items` with no extra outputs.
+    pub fn new(items: Vec<StepItem>) -> Self {
+        Self {
+            items,
+            entropy_items: Vec::new(),
+        }
+    }
+
     /// Total new tokens in the step.
     pub fn num_tokens(&self) -> usize {
         self.items.iter().map(|i| i.tokens.len()).sum()
@@ -47,6 +58,10 @@ pub struct StepOutput {
     pub hidden: Option<Tensor>,
     /// Tokens the backend chose itself (the simulated backend has no logits).
     pub tokens: Option<Vec<u32>>,
+    /// Per item, the sum over its new positions of the normalized
+    /// next-token entropy (0 for items not in `entropy_items`); `None` when
+    /// nothing was asked or the backend cannot.
+    pub entropy_sums: Option<Vec<f32>>,
 }
 
 impl StepOutput {

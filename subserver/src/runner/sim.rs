@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
+use tch::Tensor;
 
 use crate::error::EngineError;
 use crate::kv::KvManager;
@@ -49,6 +51,7 @@ pub struct SimRunner {
     kv: KvManager,
     latency: Box<dyn StepLatency>,
     rng: ChaCha8Rng,
+    logits: bool,
 }
 
 impl SimRunner {
@@ -77,7 +80,32 @@ impl SimRunner {
             kv: KvManager::new(num_blocks, block_size, true)?,
             latency,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            logits: false,
         })
+    }
+
+    /// Makes steps return seeded random logits instead of tokens, so the
+    /// scheduler samples and logit-reading policies (entropy thresholds,
+    /// logprobs) run. Each row's sharpness is drawn too (standard deviation
+    /// `e^u`, u uniform in [-2, 2.5]), so the entropy of the rows spreads
+    /// from near-uniform to near-certain and thresholds have something to cut.
+    pub fn with_logits(mut self, on: bool) -> Self {
+        self.logits = on;
+        self
+    }
+
+    fn random_logits(&mut self, rows: usize) -> Result<Tensor, EngineError> {
+        let v = self.info.vocab_size;
+        let mut flat = Vec::with_capacity(rows * v);
+        for _ in 0..rows {
+            let scale = self.rng.random_range(-2.0f32..2.5).exp();
+            for t in 0..v {
+                let z: f32 = self.rng.sample(StandardNormal);
+                let masked = self.info.eos_ids.contains(&(t as u32));
+                flat.push(if masked { f32::NEG_INFINITY } else { z * scale });
+            }
+        }
+        Ok(Tensor::f_from_slice(&flat)?.f_reshape([rows as i64, v as i64])?)
     }
 
     fn draw(&mut self) -> u32 {
@@ -101,13 +129,23 @@ impl ModelRunner for SimRunner {
             self.kv.reserve(item.rid, item.start + item.tokens.len())?;
         }
         let ms = self.latency.step_ms(batch.items.len(), batch.num_tokens());
-        let tokens = (0..batch.items.len()).map(|_| self.draw()).collect();
+        let out = if self.logits {
+            StepOutput {
+                logits: Some(self.random_logits(batch.items.len())?),
+                hidden: None,
+                tokens: None,
+                entropy_sums: None,
+            }
+        } else {
+            StepOutput {
+                logits: None,
+                hidden: None,
+                tokens: Some((0..batch.items.len()).map(|_| self.draw()).collect()),
+                entropy_sums: None,
+            }
+        };
         sleep_until(start + Duration::from_secs_f64(ms.max(0.0) / 1e3));
-        Ok(StepOutput {
-            logits: None,
-            hidden: None,
-            tokens: Some(tokens),
-        })
+        Ok(out)
     }
 
     fn kv(&mut self) -> &mut KvManager {
@@ -132,6 +170,7 @@ mod tests {
         r.kv().admit(1, &[1, 2, 3]).unwrap();
         r.kv().admit(2, &[4]).unwrap();
         let batch = StepBatch {
+            entropy_items: vec![],
             items: vec![
                 StepItem {
                     rid: 1,

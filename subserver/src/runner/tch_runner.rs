@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tch::Device;
+use tch::{Device, Tensor};
 use tracing::info;
 
 use crate::config::DType;
@@ -161,11 +161,40 @@ impl ModelRunner for TchRunner {
             })
             .collect();
         let layout = BatchLayout::build(&items, self.decoder.device())?;
-        let (logits, hidden) = self.decoder.forward(&layout, &mut self.storage)?;
+        // Rows (in the `[T]` new tokens) of the items whose entropies are wanted.
+        let mut starts = Vec::with_capacity(batch.items.len());
+        let mut offset = 0usize;
+        for item in &batch.items {
+            starts.push(offset);
+            offset += item.tokens.len();
+        }
+        let rows: Vec<i64> = batch
+            .entropy_items
+            .iter()
+            .filter_map(|&i| Some((starts.get(i)?, batch.items.get(i)?.tokens.len())))
+            .flat_map(|(&s, n)| (s..s + n).map(|r| r as i64))
+            .collect();
+        let rows = (!rows.is_empty())
+            .then(|| Tensor::f_from_slice(&rows)?.f_to_device(self.decoder.device()))
+            .transpose()?;
+        let (logits, hidden, entropies) =
+            self.decoder
+                .forward(&layout, &mut self.storage, rows.as_ref())?;
+        let entropy_sums = entropies.map(|h| {
+            let mut sums = vec![0.0f32; batch.items.len()];
+            let mut next = h.into_iter();
+            for &i in &batch.entropy_items {
+                if let Some(item) = batch.items.get(i) {
+                    sums[i] = next.by_ref().take(item.tokens.len()).sum();
+                }
+            }
+            sums
+        });
         Ok(StepOutput {
             logits: Some(logits),
             hidden: Some(hidden),
             tokens: None,
+            entropy_sums,
         })
     }
 
@@ -203,6 +232,7 @@ mod tests {
         for _ in 0..steps {
             let row = r
                 .forward(&StepBatch {
+                    entropy_items: vec![],
                     items: vec![item.clone()],
                 })
                 .unwrap()
@@ -260,6 +290,7 @@ mod tests {
                 break;
             }
             let batch = StepBatch {
+                entropy_items: vec![],
                 items: active
                     .iter()
                     .map(|&i| state[i].as_ref().unwrap().0.clone())
@@ -299,6 +330,7 @@ mod tests {
         let long: Vec<u32> = vec![1; 300];
         r.kv().admit(9, &long).unwrap();
         let err = r.forward(&StepBatch {
+            entropy_items: vec![],
             items: vec![StepItem {
                 rid: 9,
                 start: 0,

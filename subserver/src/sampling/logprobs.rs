@@ -6,7 +6,7 @@
 use super::SamplingError;
 
 /// The chosen token's log-probability and the `top_n` most likely tokens.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TokenLogprobs {
     /// The chosen token.
     pub token: u32,

@@ -10,13 +10,13 @@
 
 mod error;
 mod filters;
-mod logprobs;
+pub mod logprobs;
 mod params;
 mod sampler;
 mod stop;
 
 pub use error::SamplingError;
 pub use logprobs::{logprobs, TokenLogprobs};
-pub use params::SamplingParams;
+pub use params::{SamplingParams, MAX_TOP_LOGPROBS};
 pub use sampler::{Sampler, GREEDY_TEMPERATURE_EPS};
 pub use stop::{Finish, FinishReason, StopChecker};

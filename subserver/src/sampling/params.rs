@@ -28,7 +28,13 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Keep generating past the model's EOS tokens.
     pub ignore_eos: bool,
+    /// Return each token's log-probability and this many alternatives
+    /// (at most [`MAX_TOP_LOGPROBS`]), computed by the model that wrote it.
+    pub logprobs: Option<usize>,
 }
+
+/// Most alternatives a request may ask for per token (vLLM's default cap).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 impl Default for SamplingParams {
     /// vLLM's defaults: plain sampling at temperature 1, 16 tokens.
@@ -43,6 +49,7 @@ impl Default for SamplingParams {
             stop: Vec::new(),
             stop_token_ids: Vec::new(),
             ignore_eos: false,
+            logprobs: None,
         }
     }
 }
@@ -79,6 +86,12 @@ impl SamplingParams {
         }
         if self.max_tokens == 0 {
             return bad("max_tokens", "must be at least 1, got 0".into());
+        }
+        if let Some(n) = self.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+            return bad(
+                "logprobs",
+                format!("at most {MAX_TOP_LOGPROBS} alternatives per token, got {n}"),
+            );
         }
         if let Some(i) = self.stop.iter().position(String::is_empty) {
             return bad(

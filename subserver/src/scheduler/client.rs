@@ -5,6 +5,7 @@ use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::peer::message::{ModelIdx, Rid};
+use crate::sampling::logprobs::TokenLogprobs;
 use crate::sampling::{FinishReason, SamplingParams};
 
 /// A new request for the entry subserver.
@@ -16,9 +17,19 @@ pub struct GenerateReq {
     pub prompt: Vec<u32>,
     /// Sampling and stop parameters.
     pub params: SamplingParams,
+    /// Request-level options (pinning to one model).
+    pub options: SubmitOptions,
     /// Where tokens and the outcome go. Dropping the receiver does not cancel:
     /// send `cancel(rid)` (the gateway does when its client disconnects).
     pub sink: UnboundedSender<StreamEvent>,
+}
+
+/// Options of one request beyond its sampling parameters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitOptions {
+    /// Model that writes every token (query-level routing on a member);
+    /// `None` lets the group's policy route each token.
+    pub pin: Option<ModelIdx>,
 }
 
 /// Per-request accounting, sent when a request ends.
@@ -34,6 +45,22 @@ pub struct Usage {
     pub switches: usize,
     /// Prompt tokens served from the entry model's prefix cache.
     pub cached_prompt_tokens: usize,
+}
+
+impl Usage {
+    /// Share of the output written by models other than `entry` (the
+    /// "large-model share" of a two-model group); 0 for an empty output.
+    pub fn large_share(&self, entry: ModelIdx) -> f64 {
+        if self.completion_tokens == 0 {
+            return 0.0;
+        }
+        let small = self
+            .tokens_by_model
+            .get(entry as usize)
+            .copied()
+            .unwrap_or(0);
+        (self.completion_tokens - small) as f64 / self.completion_tokens as f64
+    }
 }
 
 /// Why a request failed.
@@ -85,6 +112,9 @@ pub enum StreamEvent {
         writer: ModelIdx,
         /// Text now safe to show (held back while it could still become a stop string).
         text: String,
+        /// Its log-probabilities under the writer's distribution, when the
+        /// request asked for them and the backend has logits.
+        logprobs: Option<TokenLogprobs>,
     },
     /// The request ended normally.
     Finished {

@@ -14,12 +14,14 @@ use crate::engine::EngineLimits;
 use crate::peer::message::{ModelIdx, PeerMsg, PeerReq, RequestMeta, Rid};
 use crate::peer::transport::PeerSender;
 use crate::runner::{ModelRunner, StepBatch, StepItem};
+use crate::sampling::logprobs::{logprobs, TokenLogprobs};
 use crate::sampling::{FinishReason, Sampler, StopChecker};
 use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInputs};
 use crate::scheduler::client::{GenerateReq, RequestError, StreamEvent, Usage};
 use crate::scheduler::inbox::{Inbound, InboxReceiver};
 use crate::scheduler::policy::{Dest, RouteItem, RoutingPolicy, StepView};
-use crate::scheduler::seq::{HomeState, Seq, SeqState};
+use crate::scheduler::seq::{HomeState, PromptEntropy, Seq, SeqState};
+use crate::scheduler::share_control::ShareController;
 use crate::scheduler::shared::GroupShared;
 use crate::scheduler::stats::SchedulerStats;
 use crate::tokenizer::TextTokenizer;
@@ -43,6 +45,9 @@ pub struct SchedulerConfig {
     pub fallback_on_peer_failure: bool,
     /// A request pending at a peer fails (or falls back) after this long.
     pub peer_timeout: Duration,
+    /// Target share of output written by non-entry models (steers the
+    /// policy's threshold from the home's commits).
+    pub target_large_share: Option<f64>,
 }
 
 /// Seed for a request at model `m` (peers draw from a derived stream, so runs repeat).
@@ -68,6 +73,7 @@ pub struct Scheduler<R: ModelRunner> {
     reported_active: usize,
     home_active: usize,
     shutting_down: bool,
+    share: Option<ShareController>,
 }
 
 impl<R: ModelRunner> Scheduler<R> {
@@ -84,6 +90,10 @@ impl<R: ModelRunner> Scheduler<R> {
         stats: Arc<SchedulerStats>,
     ) -> Self {
         stats.set_threshold_table(cfg.thresholds.clone());
+        let share = cfg
+            .target_large_share
+            .zip(policy.knob())
+            .map(|(target, knob)| ShareController::new(target, knob, cfg.model));
         Self {
             cfg,
             runner,
@@ -97,6 +107,7 @@ impl<R: ModelRunner> Scheduler<R> {
             reported_active: 0,
             home_active: 0,
             shutting_down: false,
+            share,
         }
     }
 
@@ -238,6 +249,13 @@ impl<R: ModelRunner> Scheduler<R> {
                 self.stats.count_message(m.from(), self.me(), m.kind());
                 match m {
                     PeerMsg::Req(req) => self.on_peer_req(req),
+                    PeerMsg::Progress {
+                        rid,
+                        from,
+                        loc,
+                        tokens,
+                        logprobs,
+                    } => self.on_progress(rid, from, loc as usize, &tokens, logprobs),
                     PeerMsg::Release { rid, .. } => self.on_release(rid),
                     PeerMsg::Failed { rid, from, reason } => self.on_peer_failed(rid, from, reason),
                 }
@@ -286,6 +304,20 @@ impl<R: ModelRunner> Scheduler<R> {
         if self.seqs.contains_key(&req.rid) {
             return Err(format!("request id {} is already active", req.rid));
         }
+        if let Some(m) = req.options.pin {
+            if m as usize >= self.num_models() {
+                return Err(format!(
+                    "pinned to model {m}, the group has {}",
+                    self.num_models()
+                ));
+            }
+            if m != self.me() && !self.peers.is_up(m) {
+                return Err(format!(
+                    "model `{}` is unreachable",
+                    self.cfg.model_names[m as usize]
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -311,6 +343,9 @@ impl<R: ModelRunner> Scheduler<R> {
             peer_holds: vec![0; self.num_models()],
             cached_prompt: 0,
             failed_peers: vec![false; self.num_models()],
+            pinned_to: req.options.pin,
+            prompt_entropy: PromptEntropy::default(),
+            first_routed: false,
         };
         let seq = Seq {
             rid: req.rid,
@@ -324,13 +359,29 @@ impl<R: ModelRunner> Scheduler<R> {
             budget: req.params.max_tokens,
             written_this_turn: 0,
             seed,
+            logprobs: req.params.logprobs,
+            turn_logprobs: Vec::new(),
+            pinned: false,
             home_state: Some(home_state),
             tokens: req.prompt,
         };
-        self.seqs.insert(req.rid, seq);
+        let rid = req.rid;
+        self.seqs.insert(rid, seq);
         self.home_active += 1;
         if let Some(s) = &self.shared {
             s.request_started();
+        }
+        let pin = req.options.pin.or_else(|| {
+            let assigned = self.policy.assign(rid, &self.seqs[&rid].tokens)?;
+            ((assigned as usize) < self.num_models()).then_some(assigned)
+        });
+        if let Some(hs) = self.seqs.get_mut(&rid).and_then(|s| s.home_state.as_mut()) {
+            hs.pinned_to = pin;
+        }
+        if let Some(m) = pin.filter(|&m| m != self.me()) {
+            // Query-level on a peer: it writes everything; this model never
+            // computes the request.
+            self.send_to_peer(rid, m);
         }
     }
 
@@ -402,6 +453,9 @@ impl<R: ModelRunner> Scheduler<R> {
                     budget: req.budget as usize,
                     written_this_turn: 0,
                     seed: meta.seed,
+                    logprobs: meta.sampling.logprobs,
+                    turn_logprobs: Vec::new(),
+                    pinned: meta.pinned,
                     home_state: None,
                     tokens: req.tokens,
                 };
@@ -417,6 +471,7 @@ impl<R: ModelRunner> Scheduler<R> {
             seq.state = SeqState::Runnable;
             seq.turn_start = seq.tokens.len();
             seq.written_this_turn = 0;
+            seq.turn_logprobs.clear();
             seq.runnable_since = Instant::now();
             if seq.pending_tokens() == 0 {
                 // Every token is computed but the logits of the last one are
@@ -453,11 +508,12 @@ impl<R: ModelRunner> Scheduler<R> {
         }
         let accepted = self.policy.receive(rid, &req.tokens).min(req.tokens.len());
         let from = req.from;
+        let mut logprobs = req.logprobs.into_iter();
         for &t in &req.tokens[..accepted] {
             if let Some(seq) = self.seqs.get_mut(&rid) {
                 seq.tokens.push(t);
             }
-            if self.commit(rid, t, from) {
+            if self.commit(rid, t, from, logprobs.next()) {
                 return; // finished
             }
         }
@@ -466,6 +522,58 @@ impl<R: ModelRunner> Scheduler<R> {
         }
         let budget = self.seqs.get(&rid).map(|s| s.budget).unwrap_or(0);
         self.give_pen(rid, budget);
+    }
+
+    /// A pinned guest's tokens, streamed while it keeps the pen.
+    fn on_progress(
+        &mut self,
+        rid: Rid,
+        from: ModelIdx,
+        loc: usize,
+        tokens: &[u32],
+        logprobs: Vec<crate::sampling::logprobs::TokenLogprobs>,
+    ) {
+        let Some(seq) = self.seqs.get_mut(&rid) else {
+            return; // ended here already; the release is on its way
+        };
+        if !seq.is_home() || !matches!(seq.state, SeqState::Pending { at, .. } if at == from) {
+            debug!(rid, from, "stale progress ignored");
+            return;
+        }
+        if loc != seq.tokens.len() {
+            let reason = format!(
+                "progress anchored at {loc}, home holds {}",
+                seq.tokens.len()
+            );
+            self.end_failed(
+                rid,
+                RequestError::PeerFailed {
+                    model: from,
+                    reason,
+                },
+            );
+            return;
+        }
+        // The writer is alive: restart the pending timeout.
+        seq.state = SeqState::Pending {
+            at: from,
+            since: Instant::now(),
+        };
+        let mut logprobs = logprobs.into_iter();
+        for &t in tokens {
+            if let Some(seq) = self.seqs.get_mut(&rid) {
+                seq.tokens.push(t);
+            }
+            if self.commit(rid, t, from, logprobs.next()) {
+                return;
+            }
+        }
+        if let Some(seq) = self.seqs.get_mut(&rid) {
+            let held = seq.tokens.len();
+            if let Some(hs) = seq.home_state.as_mut() {
+                hs.peer_holds[from as usize] = held;
+            }
+        }
     }
 
     fn on_release(&mut self, rid: Rid) {
@@ -662,7 +770,11 @@ impl<R: ModelRunner> Scheduler<R> {
                 })
             })
             .collect();
-        let batch = StepBatch { items };
+        let entropy_items = self.entropy_items(&items);
+        let batch = StepBatch {
+            items,
+            entropy_items,
+        };
         let shared = self.shared.clone();
         if let Some(s) = &shared {
             s.step_started();
@@ -680,7 +792,7 @@ impl<R: ModelRunner> Scheduler<R> {
         match result {
             Ok(out) => {
                 self.stats.record_step(batch.items.len(), elapsed);
-                if let Err(e) = self.after_forward(&plan, out) {
+                if let Err(e) = self.after_forward(&plan, out, &batch.entropy_items) {
                     self.fail_batch(&plan, &e.to_string());
                 }
             }
@@ -692,6 +804,29 @@ impl<R: ModelRunner> Scheduler<R> {
         if let Some(s) = &shared {
             s.step_ended();
         }
+    }
+
+    /// Items whose step feeds prompt tokens the policy wants entropies of
+    /// (each prompt position once, in order).
+    fn entropy_items(&self, items: &[StepItem]) -> Vec<usize> {
+        if !self.policy.wants_prompt_entropy() {
+            return Vec::new();
+        }
+        items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| {
+                self.seqs
+                    .get(&item.rid)
+                    .and_then(|s| s.home_state.as_ref())
+                    .is_some_and(|hs| {
+                        !hs.first_routed
+                            && item.start + item.tokens.len() <= hs.prompt_len
+                            && item.start >= hs.prompt_entropy.upto
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect()
     }
 
     fn fail_batch(&mut self, plan: &[(Rid, usize)], reason: &str) {
@@ -709,6 +844,7 @@ impl<R: ModelRunner> Scheduler<R> {
         &mut self,
         plan: &[(Rid, usize)],
         out: crate::runner::StepOutput,
+        entropy_rows: &[usize],
     ) -> Result<(), crate::error::EngineError> {
         let rows = if out.tokens.is_none() {
             Some(out.logits_rows()?)
@@ -717,10 +853,17 @@ impl<R: ModelRunner> Scheduler<R> {
         };
         let mut route_items: Vec<RouteItem> = Vec::new();
         let mut route_rows: Vec<i64> = Vec::new();
+        let mut route_logprobs: Vec<Option<TokenLogprobs>> = Vec::new();
         for (row, &(rid, n)) in plan.iter().enumerate() {
             let Some(seq) = self.seqs.get_mut(&rid) else {
                 continue;
             };
+            if let (Some(sums), Some(hs)) = (&out.entropy_sums, seq.home_state.as_mut()) {
+                if entropy_rows.contains(&row) {
+                    let sum = sums.get(row).copied().unwrap_or(0.0);
+                    hs.prompt_entropy.add(sum, n, seq.computed + n);
+                }
+            }
             seq.computed += n;
             if seq.pending_tokens() > 0 {
                 continue; // a prefill chunk: not a next-token distribution yet
@@ -737,7 +880,23 @@ impl<R: ModelRunner> Scheduler<R> {
                     ))
                 }
             };
+            let lp = match (seq.logprobs, &rows) {
+                (Some(n), Some(r)) => Some(
+                    logprobs(&r[row], token, n)
+                        .map_err(|e| crate::error::EngineError::InvalidRequest(e.to_string()))?,
+                ),
+                _ => None,
+            };
+            route_logprobs.push(lp);
+            let prompt_entropy = match seq.home_state.as_mut() {
+                Some(hs) if !hs.first_routed => {
+                    hs.first_routed = true;
+                    hs.prompt_entropy.mean()
+                }
+                _ => None,
+            };
             route_items.push(RouteItem {
+                prompt_entropy,
                 rid,
                 home: seq.home,
                 token,
@@ -765,15 +924,15 @@ impl<R: ModelRunner> Scheduler<R> {
             embeddings: None,
         };
         let dests = self.policy.route(&view);
-        for (i, item) in route_items.iter().enumerate() {
+        for ((i, item), lp) in route_items.iter().enumerate().zip(route_logprobs) {
             let dest = dests.get(i).copied().unwrap_or(Dest::Stay);
-            self.apply(item, dest);
+            self.apply(item, dest, lp);
         }
         Ok(())
     }
 
     /// Applies one routing decision.
-    fn apply(&mut self, item: &RouteItem, dest: Dest) {
+    fn apply(&mut self, item: &RouteItem, dest: Dest, lp: Option<TokenLogprobs>) {
         let me = self.me();
         let rid = item.rid;
         let Some(seq) = self.seqs.get(&rid) else {
@@ -787,12 +946,28 @@ impl<R: ModelRunner> Scheduler<R> {
                 .as_ref()
                 .is_some_and(|hs| hs.failed_peers[to as usize])
         };
+        // A pinned request (query-level) is written here whatever the policy says.
+        let pinned = seq.pinned
+            || seq
+                .home_state
+                .as_ref()
+                .is_some_and(|hs| hs.pinned_to.is_some());
+        let first_contact = |to: ModelIdx| {
+            seq.home_state
+                .as_ref()
+                .is_some_and(|hs| hs.peer_holds.get(to as usize) == Some(&0))
+        };
         let mut dest = match dest {
-            Dest::Peer { to, .. }
+            _ if pinned => Dest::Stay,
+            Dest::Peer { to, .. } | Dest::Delegate { to }
                 if to as usize >= self.num_models() || to == me || avoided(to) =>
             {
                 Dest::Stay
             }
+            Dest::Delegate { to } if !first_contact(to) => Dest::Peer {
+                to,
+                keep_token: false,
+            },
             d => d,
         };
         if !is_home {
@@ -810,25 +985,27 @@ impl<R: ModelRunner> Scheduler<R> {
                     keep_token: true,
                 },
                 Dest::Stay => Dest::Stay,
+                // Only a home delegates (first_contact is false at a guest).
+                Dest::Delegate { .. } => Dest::Peer {
+                    to: home,
+                    keep_token: written == 0,
+                },
             };
         }
         match dest {
+            Dest::Delegate { to } => self.delegate(rid, to),
             Dest::Stay => {
-                if let Some(seq) = self.seqs.get_mut(&rid) {
-                    seq.tokens.push(item.token);
-                    seq.written_this_turn += 1;
-                }
+                let lp = self.push_token(rid, item.token, lp);
                 if is_home {
-                    self.commit(rid, item.token, me);
+                    self.commit(rid, item.token, me, lp);
+                } else if pinned {
+                    self.send_progress(rid);
                 }
             }
             Dest::Peer { to, keep_token } => {
                 if keep_token {
-                    if let Some(seq) = self.seqs.get_mut(&rid) {
-                        seq.tokens.push(item.token);
-                        seq.written_this_turn += 1;
-                    }
-                    if is_home && self.commit(rid, item.token, me) {
+                    let lp = self.push_token(rid, item.token, lp);
+                    if is_home && self.commit(rid, item.token, me, lp) {
                         return;
                     }
                 }
@@ -841,9 +1018,78 @@ impl<R: ModelRunner> Scheduler<R> {
         }
     }
 
+    /// Home → `to` for the rest of the request: this model's KV goes back
+    /// to the pool (its prefix stays cached) and `to` streams every token.
+    fn delegate(&mut self, rid: Rid, to: ModelIdx) {
+        let Some(mut seq) = self.seqs.remove(&rid) else {
+            return;
+        };
+        self.free_kv(&seq, true);
+        seq.admitted = false;
+        seq.computed = 0;
+        if let Some(hs) = seq.home_state.as_mut() {
+            hs.pinned_to = Some(to);
+        }
+        self.seqs.insert(rid, seq);
+        self.send_to_peer(rid, to);
+    }
+
+    /// Appends a token this model wrote. A guest keeps its logprobs for the
+    /// trip home; at the home they go straight to `commit` (returned).
+    fn push_token(
+        &mut self,
+        rid: Rid,
+        token: u32,
+        lp: Option<TokenLogprobs>,
+    ) -> Option<TokenLogprobs> {
+        let seq = self.seqs.get_mut(&rid)?;
+        seq.tokens.push(token);
+        seq.written_this_turn += 1;
+        match (seq.is_home(), lp) {
+            (false, Some(lp)) => {
+                seq.turn_logprobs.push(lp);
+                None
+            }
+            (_, lp) => lp,
+        }
+    }
+
+    /// Pinned guest → home: the tokens written since the last progress; the
+    /// pen stays here.
+    fn send_progress(&mut self, rid: Rid) {
+        let me = self.me();
+        let Some(seq) = self.seqs.get_mut(&rid) else {
+            return;
+        };
+        let home = seq.home;
+        let loc = seq.turn_start;
+        let tokens = seq.tokens[loc..].to_vec();
+        let logprobs = std::mem::take(&mut seq.turn_logprobs);
+        seq.turn_start = seq.tokens.len();
+        let msg = PeerMsg::Progress {
+            rid,
+            from: me,
+            loc: loc as u32,
+            tokens,
+            logprobs,
+        };
+        if !self.send(home, msg) {
+            // The home is gone: nobody will read this request again.
+            if let Some(seq) = self.seqs.remove(&rid) {
+                self.free_kv(&seq, false);
+            }
+        }
+    }
+
     /// Commits one output token at the home: accounting, streaming, stop
     /// conditions. True when the request finished (and was removed).
-    fn commit(&mut self, rid: Rid, token: u32, writer: ModelIdx) -> bool {
+    fn commit(
+        &mut self,
+        rid: Rid,
+        token: u32,
+        writer: ModelIdx,
+        logprobs: Option<TokenLogprobs>,
+    ) -> bool {
         let Some(seq) = self.seqs.get_mut(&rid) else {
             return true;
         };
@@ -852,6 +1098,11 @@ impl<R: ModelRunner> Scheduler<R> {
             return false;
         };
         hs.tokens_by_model[writer as usize] += 1;
+        if let Some(c) = self.share.as_mut() {
+            if let Some(t) = c.observe(writer) {
+                self.stats.set_routing_threshold(t);
+            }
+        }
         if let Some(prev) = hs.last_writer {
             if prev != writer {
                 hs.switches += 1;
@@ -869,6 +1120,7 @@ impl<R: ModelRunner> Scheduler<R> {
             token,
             writer,
             text,
+            logprobs,
         });
         self.stats.record_commit(from, writer);
         match finish {
@@ -915,6 +1167,7 @@ impl<R: ModelRunner> Scheduler<R> {
         let meta = first.then(|| RequestMeta {
             sampling: hs.params.clone(),
             seed: derive_seed(seq.seed, to),
+            pinned: hs.pinned_to == Some(to),
         });
         seq.state = SeqState::Pending {
             at: to,
@@ -930,6 +1183,7 @@ impl<R: ModelRunner> Scheduler<R> {
             budget: seq.budget as u32,
             n_active,
             meta,
+            logprobs: Vec::new(),
         });
         if !self.peers.is_up(to) || !self.send(to, msg) {
             self.on_peer_failed(rid, to, format!("model {to} is unreachable"));
@@ -946,6 +1200,7 @@ impl<R: ModelRunner> Scheduler<R> {
         let home = seq.home;
         let loc = seq.turn_start;
         let tokens = seq.tokens[loc..].to_vec();
+        let logprobs = std::mem::take(&mut seq.turn_logprobs);
         seq.state = SeqState::Pending {
             at: home,
             since: Instant::now(),
@@ -962,6 +1217,7 @@ impl<R: ModelRunner> Scheduler<R> {
             budget,
             n_active,
             meta: None,
+            logprobs,
         });
         if !self.send(home, msg) {
             // The home is gone: nobody will ask for this request again.

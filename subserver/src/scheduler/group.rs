@@ -18,7 +18,7 @@ use crate::peer::transport::{Deliver, PeerSender};
 use crate::runner::ModelRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
-use crate::scheduler::client::StreamEvent;
+use crate::scheduler::client::{StreamEvent, SubmitOptions};
 use crate::scheduler::core::{Scheduler, SchedulerConfig};
 use crate::scheduler::inbox::{inbox, Inbound, InboxSender};
 use crate::scheduler::policy::RoutingPolicy;
@@ -57,6 +57,31 @@ pub struct GroupSettings {
     pub peer_timeout: Duration,
     /// How the members reach each other.
     pub transport: GroupTransport,
+    /// Steer the policy's threshold so this share of output tokens is
+    /// written by models other than the entry (`None`: fixed threshold).
+    pub target_large_share: Option<f64>,
+}
+
+impl GroupSettings {
+    /// The scheduler settings of model `model` in a group of `names`.
+    pub fn scheduler_config(
+        &self,
+        model: ModelIdx,
+        names: Vec<String>,
+        thresholds: Vec<usize>,
+    ) -> SchedulerConfig {
+        SchedulerConfig {
+            model,
+            model_names: names,
+            mode: self.mode,
+            thresholds,
+            max_batch_wait: self.max_batch_wait,
+            limits: self.limits,
+            fallback_on_peer_failure: self.fallback_on_peer_failure,
+            peer_timeout: self.peer_timeout,
+            target_large_share: self.target_large_share,
+        }
+    }
 }
 
 /// How the members of a group exchange hand-overs.
@@ -86,6 +111,7 @@ impl Default for GroupSettings {
             fallback_on_peer_failure: false,
             peer_timeout: Duration::from_secs(30),
             transport: GroupTransport::InProc,
+            target_large_share: None,
         }
     }
 }
@@ -134,16 +160,7 @@ impl Group {
                 None => st,
             });
             stats.push(st.clone());
-            let cfg = SchedulerConfig {
-                model: i as ModelIdx,
-                model_names: names.clone(),
-                mode: settings.mode,
-                thresholds: member.thresholds,
-                max_batch_wait: settings.max_batch_wait,
-                limits: settings.limits,
-                fallback_on_peer_failure: settings.fallback_on_peer_failure,
-                peer_timeout: settings.peer_timeout,
-            };
+            let cfg = settings.scheduler_config(i as ModelIdx, names.clone(), member.thresholds);
             let (transport, group_state) = match &settings.transport {
                 GroupTransport::InProc => (inproc.clone(), Some(shared.clone())),
                 GroupTransport::Tcp { addresses, options } => {
@@ -215,6 +232,16 @@ impl Group {
         prompt: Vec<u32>,
         params: SamplingParams,
     ) -> (Rid, UnboundedReceiver<StreamEvent>) {
+        self.submit_with(prompt, params, SubmitOptions::default())
+    }
+
+    /// Like [`Group::submit`], with request-level options (pinning).
+    pub fn submit_with(
+        &self,
+        prompt: Vec<u32>,
+        params: SamplingParams,
+        options: SubmitOptions,
+    ) -> (Rid, UnboundedReceiver<StreamEvent>) {
         let rid = self.next_rid.fetch_add(1, Ordering::Relaxed);
         (
             rid,
@@ -223,6 +250,7 @@ impl Group {
                 rid,
                 prompt,
                 params,
+                options,
             ),
         )
     }

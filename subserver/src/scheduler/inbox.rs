@@ -42,6 +42,7 @@ pub fn submit(
     rid: crate::peer::message::Rid,
     prompt: Vec<u32>,
     params: crate::sampling::SamplingParams,
+    options: crate::scheduler::client::SubmitOptions,
 ) -> tokio::sync::mpsc::UnboundedReceiver<crate::scheduler::client::StreamEvent> {
     use crate::scheduler::client::{RequestError, StreamEvent};
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -49,6 +50,7 @@ pub fn submit(
         rid,
         prompt,
         params,
+        options,
         sink: tx,
     };
     if let Err(mpsc::SendError(Inbound::Generate(req))) = inbox.send(Inbound::Generate(req)) {

@@ -15,7 +15,7 @@ use crate::peer::tcp::{TcpOptions, TcpTransport};
 use crate::peer::transport::{Deliver, PeerSender, TransportError};
 use crate::sampling::SamplingParams;
 use crate::scheduler::client::StreamEvent;
-use crate::scheduler::core::{Scheduler, SchedulerConfig};
+use crate::scheduler::core::Scheduler;
 use crate::scheduler::group::{GroupSettings, MemberSpec};
 use crate::scheduler::inbox::{inbox, Inbound, InboxSender};
 use crate::scheduler::stats::{SchedulerStats, StatsSnapshot};
@@ -54,16 +54,7 @@ impl MemberProcess {
             Some(m) => stats.with_metrics(m, &names, index as usize),
             None => stats,
         });
-        let cfg = SchedulerConfig {
-            model: index,
-            model_names: names.clone(),
-            mode: settings.mode,
-            thresholds: member.thresholds,
-            max_batch_wait: settings.max_batch_wait,
-            limits: settings.limits,
-            fallback_on_peer_failure: settings.fallback_on_peer_failure,
-            peer_timeout: settings.peer_timeout,
-        };
+        let cfg = settings.scheduler_config(index, names.clone(), member.thresholds);
         let sched = Scheduler::new(
             cfg,
             member.runner,
@@ -112,11 +103,12 @@ impl MemberProcess {
         &self,
         prompt: Vec<u32>,
         params: SamplingParams,
+        options: crate::scheduler::client::SubmitOptions,
     ) -> (Rid, UnboundedReceiver<StreamEvent>) {
         let rid = self.next_rid.fetch_add(1, Ordering::Relaxed);
         (
             rid,
-            crate::scheduler::inbox::submit(&self.inbox, rid, prompt, params),
+            crate::scheduler::inbox::submit(&self.inbox, rid, prompt, params, options),
         )
     }
 

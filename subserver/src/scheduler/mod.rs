@@ -10,6 +10,7 @@ pub mod inbox;
 pub mod member;
 pub mod policy;
 pub mod seq;
+pub mod share_control;
 pub mod shared;
 pub mod stats;
 

@@ -11,6 +11,14 @@ use crate::peer::message::{ModelIdx, Rid};
 pub enum Dest {
     /// This model keeps the pen; the sampled token is committed.
     Stay,
+    /// Hand the rest of the request to model `to` (query-level): this
+    /// model's token is dropped, `to` writes every remaining token and
+    /// streams them home. Only from the home, on first contact with `to`;
+    /// otherwise it acts as `Peer { to, keep_token: false }`.
+    Delegate {
+        /// Receiver.
+        to: ModelIdx,
+    },
     /// Hand the request to model `to`. With `keep_token`, the token this model
     /// just sampled is committed first and travels; without it, it is dropped
     /// and `to` writes that position itself (R2R, CITER, Co-LLM).
@@ -37,6 +45,10 @@ pub struct RouteItem {
     pub written_this_turn: usize,
     /// Seed derived for the request (policies that draw use it, so runs repeat).
     pub seed: u64,
+    /// Mean normalized next-token entropy over the prompt positions this
+    /// model computed; present on the request's first sample at its home
+    /// when the policy asked for it (`wants_prompt_entropy`).
+    pub prompt_entropy: Option<f32>,
 }
 
 /// What a policy may read after a forward.
@@ -73,4 +85,18 @@ pub trait RoutingPolicy: Send {
     }
     /// Forget per-request state (the request ended).
     fn release(&mut self, _rid: Rid) {}
+    /// Picks the model that writes a new request entirely, before any
+    /// compute (query-level routing on the prompt); `None` routes per token.
+    fn assign(&mut self, _rid: Rid, _prompt: &[u32]) -> Option<ModelIdx> {
+        None
+    }
+    /// Whether the home should measure the prompt's mean next-token entropy
+    /// (costs one head projection per prompt token).
+    fn wants_prompt_entropy(&self) -> bool {
+        false
+    }
+    /// The threshold `target_large_share` may steer (none by default).
+    fn knob(&self) -> Option<crate::policy::ThresholdKnob> {
+        None
+    }
 }

@@ -15,6 +15,7 @@
 use std::time::Instant;
 
 use crate::peer::message::{ModelIdx, Rid};
+use crate::sampling::logprobs::TokenLogprobs;
 use crate::sampling::{Sampler, SamplingParams, StopChecker};
 use crate::scheduler::client::StreamEvent;
 use crate::tokenizer::IncrementalDecoder;
@@ -57,6 +58,37 @@ pub struct HomeState {
     pub cached_prompt: usize,
     /// Peers that failed this request (fallback keeps the pen at home).
     pub failed_peers: Vec<bool>,
+    /// The model that writes every token (query-level), when pinned.
+    pub pinned_to: Option<ModelIdx>,
+    /// Entropies over the prompt (when the policy asks for them).
+    pub prompt_entropy: PromptEntropy,
+    /// The first sample after the prompt has been routed.
+    pub first_routed: bool,
+}
+
+/// Running mean of the normalized next-token entropy over prompt positions.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PromptEntropy {
+    /// Sum over measured positions.
+    pub sum: f32,
+    /// Positions measured.
+    pub count: usize,
+    /// Prompt positions before this one are measured (or were cached).
+    pub upto: usize,
+}
+
+impl PromptEntropy {
+    /// Adds a chunk of `n` positions ending at `end` whose entropies sum to `sum`.
+    pub fn add(&mut self, sum: f32, n: usize, end: usize) {
+        self.sum += sum;
+        self.count += n;
+        self.upto = end;
+    }
+
+    /// The mean, when anything was measured.
+    pub fn mean(&self) -> Option<f32> {
+        (self.count > 0).then(|| self.sum / self.count as f32)
+    }
 }
 
 /// One request in one subserver.
@@ -85,6 +117,12 @@ pub struct Seq {
     pub written_this_turn: usize,
     /// Seed of the request (policies derive draws from it).
     pub seed: u64,
+    /// Alternatives per token when the request wants logprobs.
+    pub logprobs: Option<usize>,
+    /// Logprobs of `tokens[turn_start..]` (a guest's turn, sent home with them).
+    pub turn_logprobs: Vec<TokenLogprobs>,
+    /// A guest that writes the rest of the request (streams `Progress` home).
+    pub pinned: bool,
     /// Present at the home only.
     pub home_state: Option<HomeState>,
 }

@@ -53,6 +53,8 @@ pub struct StatsSnapshot {
     pub threshold: usize,
     /// Current threshold table.
     pub threshold_table: Vec<usize>,
+    /// Routing threshold as `target_large_share` last steered it.
+    pub routing_threshold: Option<f64>,
     /// Peer messages sent and received.
     pub messages: u64,
 }
@@ -232,6 +234,13 @@ impl SchedulerStats {
         if let Some(m) = self.metrics() {
             m.set_concurrency(active);
             m.set_threshold(threshold);
+        }
+    }
+
+    pub(crate) fn set_routing_threshold(&self, t: f64) {
+        self.with(|s| s.routing_threshold = Some(t));
+        if let Some(m) = self.metrics() {
+            m.set_routing_threshold(t);
         }
     }
 

@@ -7,11 +7,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::config::LatencyModel;
 use crate::engine::EngineLimits;
-use crate::policy::{build, Placement};
+use crate::policy::{build_in, LiveThreshold, Placement, PolicyEnv};
 use crate::runner::sim::SimRunner;
 use crate::sampling::{FinishReason, SamplingParams};
 use crate::scheduler::batching::ExecutionMode;
-use crate::scheduler::client::{RequestError, StreamEvent, Usage};
+use crate::scheduler::client::{RequestError, StreamEvent, SubmitOptions, Usage};
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 
 struct Opts {
@@ -22,6 +22,9 @@ struct Opts {
     fallback: bool,
     peer_timeout: Duration,
     kv_tokens: usize,
+    /// Sim runners return random logits (the scheduler samples).
+    logits: bool,
+    target_large_share: Option<f64>,
 }
 
 impl Default for Opts {
@@ -34,12 +37,18 @@ impl Default for Opts {
             fallback: false,
             peer_timeout: Duration::from_secs(10),
             kv_tokens: 64 * 1024,
+            logits: false,
+            target_large_share: None,
         }
     }
 }
 
 fn group(o: &Opts) -> Group {
     let kwargs = serde_json::json!({"probability": o.p, "seed": 11, "target": 1});
+    let env = PolicyEnv {
+        threshold: Some(LiveThreshold::new(o.p)),
+        ..PolicyEnv::default()
+    };
     let members = (0..2u16)
         .map(|m| MemberSpec {
             name: ["small", "large"][m as usize].into(),
@@ -53,9 +62,10 @@ fn group(o: &Opts) -> Group {
                     16,
                     m as u64,
                 )
-                .unwrap(),
+                .unwrap()
+                .with_logits(o.logits),
             ),
-            policy: build(
+            policy: build_in(
                 "Random",
                 &kwargs,
                 Placement {
@@ -63,6 +73,7 @@ fn group(o: &Opts) -> Group {
                     num_models: 2,
                     entry: 0,
                 },
+                &env,
             )
             .unwrap(),
             tokenizer: None,
@@ -78,6 +89,7 @@ fn group(o: &Opts) -> Group {
             max_batched_tokens: 256,
             max_batch_size: 64,
         },
+        target_large_share: o.target_large_share,
         ..GroupSettings::default()
     };
     Group::start(members, settings)
@@ -359,4 +371,143 @@ fn memory_pressure_preempts_instead_of_failing() {
         ..Opts::default()
     };
     run_concurrency(32, &o);
+}
+
+/// Every event of one request: (token, writer, logprobs) and the outcome.
+type Events = (
+    Vec<(u32, u16, Option<crate::sampling::TokenLogprobs>)>,
+    Result<Usage, RequestError>,
+);
+
+fn events(rx: &mut UnboundedReceiver<StreamEvent>) -> Events {
+    let mut toks = Vec::new();
+    loop {
+        match rx.blocking_recv().expect("stream ended without an outcome") {
+            StreamEvent::Token {
+                token,
+                writer,
+                logprobs,
+                ..
+            } => toks.push((token, writer, logprobs)),
+            StreamEvent::Finished { usage, .. } => return (toks, Ok(usage)),
+            StreamEvent::Failed(e) => return (toks, Err(e)),
+        }
+    }
+}
+
+#[test]
+fn pinned_requests_are_written_by_one_model_and_stream_as_they_go() {
+    let g = group(&Opts {
+        p: 0.5,
+        ..Opts::default()
+    });
+    for pin in [0u16, 1] {
+        let (_, mut rx) = g.submit_with(
+            vec![3, 4, 5],
+            SamplingParams::greedy(30),
+            SubmitOptions { pin: Some(pin) },
+        );
+        let (toks, out) = events(&mut rx);
+        let usage = out.unwrap();
+        assert_eq!(toks.len(), 30);
+        assert!(toks.iter().all(|t| t.1 == pin), "pinned to {pin}");
+        assert_eq!(usage.tokens_by_model[pin as usize], 30);
+        assert_eq!(usage.switches, 0);
+    }
+    // The pinned guest streams progress: tokens reach the client while the
+    // request is still running (its first token long before 200 steps of 3 ms).
+    let (rid, mut rx) = g.submit_with(
+        vec![3, 4, 5],
+        SamplingParams::greedy(200),
+        SubmitOptions { pin: Some(1) },
+    );
+    let first = rx.blocking_recv().unwrap();
+    assert!(
+        matches!(first, StreamEvent::Token { writer: 1, .. }),
+        "{first:?}"
+    );
+    g.cancel(rid);
+    assert_eq!(events(&mut rx).1.unwrap_err(), RequestError::Cancelled);
+    assert_kv_returned(&g);
+    // A pin outside the group is refused up front.
+    let (_, mut rx) = g.submit_with(
+        vec![3],
+        SamplingParams::greedy(3),
+        SubmitOptions { pin: Some(7) },
+    );
+    assert!(matches!(events(&mut rx).1, Err(RequestError::Invalid(m)) if m.contains("pinned")));
+}
+
+#[test]
+fn logprobs_come_from_the_writer_and_match_the_token() {
+    let g = group(&Opts {
+        p: 0.4,
+        logits: true,
+        ..Opts::default()
+    });
+    let mut params = SamplingParams::greedy(40);
+    params.logprobs = Some(3);
+    let (toks, out) = events(&mut g.submit(vec![1, 2, 3], params).1);
+    let usage = out.unwrap();
+    assert_eq!(toks.len(), 40);
+    assert!(usage.tokens_by_model[1] > 0, "the large model never wrote");
+    for (token, _, lp) in &toks {
+        let lp = lp.as_ref().expect("every token carries logprobs");
+        assert_eq!(lp.token, *token);
+        assert_eq!(lp.top.len(), 3);
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(lp.rank, 1);
+        assert_eq!(lp.top[0].0, *token);
+        assert!(lp.logprob <= 0.0);
+    }
+    // Pinned to the large model, logprobs travel home in progress messages.
+    let mut params = SamplingParams::greedy(12);
+    params.logprobs = Some(0);
+    let (toks, _) = events(
+        &mut g
+            .submit_with(vec![1, 2], params, SubmitOptions { pin: Some(1) })
+            .1,
+    );
+    assert!(toks.iter().all(|t| t.1 == 1 && t.2.is_some()));
+    let mut params = SamplingParams::greedy(2);
+    params.logprobs = Some(21);
+    let (_, out) = events(&mut g.submit(vec![1], params).1);
+    assert!(matches!(out, Err(RequestError::Invalid(m)) if m.contains("logprobs")));
+}
+
+#[test]
+fn target_large_share_steers_the_threshold_to_the_target() {
+    // Random routing starts at p = 0.6; the controller must bring the
+    // measured share of large-model tokens to 0.2.
+    let g = group(&Opts {
+        latencies: [0.2, 0.4],
+        p: 0.6,
+        target_large_share: Some(0.2),
+        ..Opts::default()
+    });
+    let run = |n: usize| -> (usize, usize) {
+        let rxs: Vec<_> = (0..n)
+            .map(|i| {
+                let mut params = SamplingParams::greedy(100);
+                params.seed = Some(1000 + i as u64);
+                g.submit(vec![1 + i as u32, 2], params).1
+            })
+            .collect();
+        let (mut large, mut total) = (0, 0);
+        for mut rx in rxs {
+            let usage = events(&mut rx).1.unwrap();
+            large += usage.tokens_by_model[1];
+            total += usage.completion_tokens;
+        }
+        (large, total)
+    };
+    // Warm-up: the controller moves the threshold (6,400 tokens).
+    run(64);
+    let (large, total) = run(64);
+    let share = large as f64 / total as f64;
+    assert!(
+        (share - 0.2).abs() <= 0.02,
+        "measured share {share:.3} after convergence, threshold {:?}",
+        g.stats(0).routing_threshold
+    );
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::config::{Backend, EngineConfig, KvBudget, TransportConfig};
 use crate::engine::EngineLimits;
 use crate::peer::tcp::{resolve_addresses, TcpOptions};
-use crate::policy::{self, Placement};
+use crate::policy::{self, LiveThreshold, Placement, PolicyEnv};
 use crate::runner::sim::SimRunner;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::ModelRunner;
@@ -18,36 +18,65 @@ use crate::tokenizer::TextTokenizer;
 /// (a simulated model has no memory to take a fraction of).
 const SIM_DEFAULT_KV_TOKENS: usize = 262_144;
 
-/// Loads every model of `cfg` (in config order) with its policy.
+/// Loads every model of `cfg` (in config order) with its policy. The
+/// members share one live threshold cell (what `target_large_share` steers).
 pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
     if let Some(t) = cfg.system().threads {
         crate::device::set_cpu_threads(t as i32);
     }
-    let n = cfg.models().len();
-    let entry = cfg.entry_index();
-    let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
-    let mut out = Vec::with_capacity(n);
-    for (i, spec) in cfg.models().iter().enumerate() {
-        let (runner, tokenizer) = runner(cfg, i, i == entry)?;
-        let at = Placement {
-            model: i as u16,
-            num_models: n,
-            entry: entry as u16,
-        };
-        let policy = policy::build(cfg.policy().name.as_str(), &kwargs, at)?;
-        out.push(MemberSpec {
-            name: spec.name.clone(),
-            runner,
-            policy,
-            tokenizer,
-            thresholds: cfg
-                .thresholds()
-                .for_model(i)
-                .map(<[usize]>::to_vec)
-                .unwrap_or_else(|| vec![1]),
-        });
+    let cell = LiveThreshold::new(0.0);
+    (0..cfg.models().len())
+        .map(|i| member(cfg, i, Some(cell.clone())))
+        .collect()
+}
+
+/// `target_large_share` needs a policy with a threshold to steer.
+fn check_steerable(cfg: &EngineConfig, spec: &MemberSpec) -> Result<(), ServiceError> {
+    match (cfg.target_large_share(), spec.policy.knob()) {
+        (Some(_), None) => Err(ServiceError::Unsupported(format!(
+            "target_large_share needs a policy with a threshold; {} has none",
+            cfg.policy().name
+        ))),
+        _ => Ok(()),
     }
-    Ok(out)
+}
+
+/// Model `i` of `cfg`, ready to start: runner, tokenizer, policy, thresholds.
+/// `threshold` is the group's live threshold cell (`None`: its own).
+pub fn member(
+    cfg: &EngineConfig,
+    i: usize,
+    threshold: Option<LiveThreshold>,
+) -> Result<MemberSpec, ServiceError> {
+    let spec = &cfg.models()[i];
+    let entry = cfg.entry_index();
+    let (runner, tokenizer) = runner(cfg, i, true)?;
+    let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
+    let at = Placement {
+        model: i as u16,
+        num_models: cfg.models().len(),
+        entry: entry as u16,
+    };
+    let env = PolicyEnv {
+        base_dir: cfg.base_dir().to_path_buf(),
+        device: spec.device.into(),
+        tokenizer: tokenizer.clone(),
+        threshold,
+    };
+    let policy = policy::build_in(cfg.policy().name.as_str(), &kwargs, at, &env)?;
+    let member = MemberSpec {
+        name: spec.name.clone(),
+        runner,
+        policy,
+        tokenizer,
+        thresholds: cfg
+            .thresholds()
+            .for_model(i)
+            .map(<[usize]>::to_vec)
+            .unwrap_or_else(|| vec![1]),
+    };
+    check_steerable(cfg, &member)?;
+    Ok(member)
 }
 
 /// The runner of model `i` (and its tokenizer when asked and the backend has one).
@@ -105,7 +134,8 @@ pub fn runner(
                 cfg.system().block_size,
                 cfg.sim().seed.wrapping_add(i as u64),
             )
-            .map_err(model_err)?;
+            .map_err(model_err)?
+            .with_logits(sim.logits);
             // With a `path`, the simulated model speaks that model's
             // tokenizer (text, stop strings), so an HTTP front end works.
             let tokenizer = match (&spec.path, with_tokenizer) {
@@ -145,5 +175,6 @@ pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
         fallback_on_peer_failure: cfg.fallback_on_peer_failure(),
         peer_timeout,
         transport,
+        target_large_share: cfg.target_large_share(),
     })
 }

@@ -10,8 +10,6 @@ use crate::config::{EngineConfig, TransportConfig};
 use crate::http::SubserverHttp;
 use crate::metrics::SubserverMetrics;
 use crate::peer::tcp::{resolve_addresses, TcpOptions};
-use crate::policy::{self, Placement};
-use crate::scheduler::group::MemberSpec;
 use crate::scheduler::member::MemberProcess;
 use crate::service::{admin::MemberAdmin, build, ServiceError};
 
@@ -40,25 +38,7 @@ impl MemberService {
                 cfg.model_names().join(", ")
             ))
         })?;
-        let entry = cfg.entry_index();
-        let (runner, tokenizer) = build::runner(cfg, index, index == entry)?;
-        let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
-        let at = Placement {
-            model: index as u16,
-            num_models: cfg.models().len(),
-            entry: entry as u16,
-        };
-        let member = MemberSpec {
-            name: name.to_string(),
-            runner,
-            policy: policy::build(cfg.policy().name.as_str(), &kwargs, at)?,
-            tokenizer,
-            thresholds: cfg
-                .thresholds()
-                .for_model(index)
-                .map(<[usize]>::to_vec)
-                .unwrap_or_else(|| vec![1]),
-        };
+        let member = build::member(cfg, index, None)?;
         let settings = build::settings(cfg)?;
         let addresses = resolve_addresses(&tcp.addresses)
             .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;

@@ -166,3 +166,30 @@ fn tcp_group_routes_and_cancels_like_the_in_process_one() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+#[test]
+fn target_large_share_from_yaml_moves_the_threshold_and_needs_a_knob() {
+    let text = yaml("target_large_share: 0.1\n");
+    let cfg = EngineConfig::from_yaml_str(&text, Path::new(".")).unwrap();
+    let svc = Service::start(&cfg, None).unwrap();
+    run_requests(&svc, 16, 64);
+    let t = svc.group().stats(0).routing_threshold.expect("steered");
+    assert!(
+        t < 0.4,
+        "probability should fall toward a 10% share, is {t}"
+    );
+    let mut body = String::new();
+    prometheus::TextEncoder::new()
+        .encode_utf8(&svc.registry().gather(), &mut body)
+        .unwrap();
+    assert!(body.contains("tokenrouter:routing_threshold{model=\"quick\"}"));
+    drop(svc);
+
+    let me = text.replace("scheduler_class: Random", "scheduler_class: ME");
+    let me = me.replace("{probability: 0.4, seed: 1}", "{weights: [0.5, 0.5]}");
+    let cfg = EngineConfig::from_yaml_str(&me, Path::new(".")).unwrap();
+    let err = Service::start(&cfg, None)
+        .err()
+        .expect("ME has no threshold");
+    assert!(err.to_string().contains("target_large_share"), "{err}");
+}

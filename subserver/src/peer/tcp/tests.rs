@@ -54,6 +54,7 @@ fn msg(from: ModelIdx, to: ModelIdx, i: u64) -> PeerMsg {
             budget: (i % 300) as u32,
             n_active: (i % 11) as u32,
             meta: None,
+            logprobs: vec![],
         }),
         1 => PeerMsg::Release { rid: i, from },
         _ => PeerMsg::Failed {
@@ -230,6 +231,7 @@ fn a_slow_peer_never_blocks_send() {
             budget: 1,
             n_active: 1,
             meta: None,
+            logprobs: vec![],
         })
     };
     for i in 0..200 {
