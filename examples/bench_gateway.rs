@@ -292,7 +292,11 @@ async fn main() -> anyhow::Result<()> {
         key += c as u32;
         stamps.lock().map(|mut s| s.clear()).ok();
         for (k, s) in gateway_round(&client, &url, c, args.max_tokens, key).await {
-            assert!(s.status == 200 && s.done, "gateway request failed: {}", s.status);
+            assert!(
+                s.status == 200 && s.done,
+                "gateway request failed: {}",
+                s.status
+            );
             via.push(s.e2e_s);
             let emitted = stamps
                 .lock()
@@ -321,7 +325,10 @@ async fn main() -> anyhow::Result<()> {
     let mut many = Vec::new();
     for (label, opts) in [
         (
-            format!("sized for them (max_inflight {}, max_queue 0)", args.clients),
+            format!(
+                "sized for them (max_inflight {}, max_queue 0)",
+                args.clients
+            ),
             GatewayOptions {
                 max_inflight: args.clients,
                 max_queue: 0,
@@ -345,7 +352,10 @@ async fn main() -> anyhow::Result<()> {
         let t0 = Instant::now();
         let res = gateway_round(&client, &url, args.clients, 32, 100_000).await;
         let wall = t0.elapsed().as_secs_f64();
-        let ok = res.iter().filter(|(_, s)| s.status == 200 && s.done).count();
+        let ok = res
+            .iter()
+            .filter(|(_, s)| s.status == 200 && s.done)
+            .count();
         let too_many = res.iter().filter(|(_, s)| s.status == 429).count();
         let other = res.len() - ok - too_many;
         many.push((label, ok, too_many, other, wall));
@@ -379,7 +389,10 @@ async fn main() -> anyhow::Result<()> {
     writeln!(md, "|---|---|---|")?;
     writeln!(md, "| direct | {d_mean:.4} | {d_p50:.4} |")?;
     writeln!(md, "| gateway | {g_mean:.4} | {g_p50:.4} |")?;
-    writeln!(md, "\nAdded by the gateway: **{overhead:+.2}%** of the mean end-to-end time.\n")?;
+    writeln!(
+        md,
+        "\nAdded by the gateway: **{overhead:+.2}%** of the mean end-to-end time.\n"
+    )?;
     writeln!(md, "## Added latency per streamed token\n")?;
     writeln!(
         md,
@@ -390,7 +403,10 @@ async fn main() -> anyhow::Result<()> {
     )?;
     writeln!(md, "## {} concurrent streaming clients\n", args.clients)?;
     writeln!(md, "32 tokens each, all started at once.\n")?;
-    writeln!(md, "| gateway | completed | 429 | other errors | wall (s) |")?;
+    writeln!(
+        md,
+        "| gateway | completed | 429 | other errors | wall (s) |"
+    )?;
     writeln!(md, "|---|---|---|---|---|")?;
     for (label, ok, too_many, other, wall) in &many {
         writeln!(md, "| {label} | {ok} | {too_many} | {other} | {wall:.2} |")?;

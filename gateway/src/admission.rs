@@ -163,14 +163,20 @@ mod tests {
             tokio::task::yield_now().await;
         }
         // ... and the fourth is refused.
-        assert!(matches!(a.acquire(1).await, Err(AdmissionError::Full { .. })));
+        assert!(matches!(
+            a.acquire(1).await,
+            Err(AdmissionError::Full { .. })
+        ));
         assert_eq!(a.queued(), 1);
         drop(s1);
         waiter.await.unwrap().unwrap();
         assert_eq!(a.queued(), 0);
         drop(s2);
         assert_eq!((a.inflight(), a.running_requests()), (0, 0));
-        assert!(matches!(a.acquire(3).await, Err(AdmissionError::TooLarge { .. })));
+        assert!(matches!(
+            a.acquire(3).await,
+            Err(AdmissionError::TooLarge { .. })
+        ));
     }
 
     #[tokio::test]

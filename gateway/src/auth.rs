@@ -96,10 +96,21 @@ mod tests {
         std::env::set_var("TR_TEST_KEYS_AUTH", "sk-three,sk-four");
         let k = ApiKeys::load(Some(&f), Some("TR_TEST_KEYS_AUTH")).unwrap();
         assert!(k.enabled());
-        for good in ["Bearer sk-one", "Bearer sk-two", "Bearer sk-four", "bearer sk-three"] {
+        for good in [
+            "Bearer sk-one",
+            "Bearer sk-two",
+            "Bearer sk-four",
+            "bearer sk-three",
+        ] {
             assert!(k.check(Some(good)), "{good}");
         }
-        for bad in [None, Some("sk-one"), Some("Bearer sk-on"), Some("Bearer "), Some("Basic sk-one")] {
+        for bad in [
+            None,
+            Some("sk-one"),
+            Some("Bearer sk-on"),
+            Some("Bearer "),
+            Some("Basic sk-one"),
+        ] {
             assert!(!k.check(bad), "{bad:?}");
         }
         assert!(!format!("{k:?}").contains("sk-"));

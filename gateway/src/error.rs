@@ -153,10 +153,8 @@ pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
     let mut resp = Response::new(bytes.into());
     *resp.status_mut() = status;
-    resp.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("application/json"),
-    );
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
     resp
 }
 

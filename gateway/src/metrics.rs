@@ -93,9 +93,15 @@ impl GatewayMetrics {
         let me = Self {
             model_name: model_name.to_string(),
             running: IntGaugeVec::new(Opts::new(NUM_REQUESTS_RUNNING, "Requests generating."), &m)?,
-            waiting: IntGaugeVec::new(Opts::new(NUM_REQUESTS_WAITING, "Requests queued for a slot."), &m)?,
+            waiting: IntGaugeVec::new(
+                Opts::new(NUM_REQUESTS_WAITING, "Requests queued for a slot."),
+                &m,
+            )?,
             ttft: hist(TTFT, "Time to first token, seconds.")?,
-            itl: hist(ITL, "Time between consecutive tokens of a sequence, seconds.")?,
+            itl: hist(
+                ITL,
+                "Time between consecutive tokens of a sequence, seconds.",
+            )?,
             e2e: hist(E2E, "Request latency, seconds.")?,
             success: IntCounterVec::new(
                 Opts::new(REQUEST_SUCCESS, "Requests that finished."),
@@ -115,12 +121,24 @@ impl GatewayMetrics {
                 &["error_type"],
             )?,
             by_model: IntCounterVec::new(
-                Opts::new(TOKENS_BY_MODEL, "Generated tokens by the model that wrote them."),
+                Opts::new(
+                    TOKENS_BY_MODEL,
+                    "Generated tokens by the model that wrote them.",
+                ),
                 &["model"],
             )?,
-            large_share: Gauge::new(LARGE_SHARE, "Share of generated tokens written by large (non-entry) models.")?,
-            switches: IntCounterVec::new(Opts::new(SWITCHES, "Changes of writer between consecutive tokens."), &m)?,
-            groups: GaugeVec::new(Opts::new(GROUPS, "Groups behind the gateway by state."), &["state"])?,
+            large_share: Gauge::new(
+                LARGE_SHARE,
+                "Share of generated tokens written by large (non-entry) models.",
+            )?,
+            switches: IntCounterVec::new(
+                Opts::new(SWITCHES, "Changes of writer between consecutive tokens."),
+                &m,
+            )?,
+            groups: GaugeVec::new(
+                Opts::new(GROUPS, "Groups behind the gateway by state."),
+                &["state"],
+            )?,
             registry,
         };
         me.registry.register(Box::new(me.running.clone()))?;
@@ -130,7 +148,8 @@ impl GatewayMetrics {
         me.registry.register(Box::new(me.e2e.clone()))?;
         me.registry.register(Box::new(me.success.clone()))?;
         me.registry.register(Box::new(me.prompt_tokens.clone()))?;
-        me.registry.register(Box::new(me.generation_tokens.clone()))?;
+        me.registry
+            .register(Box::new(me.generation_tokens.clone()))?;
         me.registry.register(Box::new(me.http.clone()))?;
         me.registry.register(Box::new(me.errors.clone()))?;
         me.registry.register(Box::new(me.by_model.clone()))?;
@@ -198,7 +217,13 @@ mod tests {
         m.running.with_label_values(&["tr"]).set(1);
         m.ttft.with_label_values(&["tr"]).observe(0.01);
         let text = m.render(&[]);
-        for name in [NUM_REQUESTS_RUNNING, TTFT, LARGE_SHARE, TOKENS_BY_MODEL, SWITCHES] {
+        for name in [
+            NUM_REQUESTS_RUNNING,
+            TTFT,
+            LARGE_SHARE,
+            TOKENS_BY_MODEL,
+            SWITCHES,
+        ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }
         assert!(text.contains("model=\"reference\"} 1"));

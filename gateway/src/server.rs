@@ -170,13 +170,12 @@ pub struct GatewayServer {
 impl GatewayServer {
     /// Binds `addr` and serves on the current tokio runtime.
     pub async fn bind(gateway: Arc<Gateway>, addr: &str) -> Result<Self, ServerError> {
-        let listener =
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServerError::Bind {
-                    addr: addr.to_string(),
-                    source,
-                })?;
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Bind {
+                addr: addr.to_string(),
+                source,
+            })?;
         let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
             addr: addr.to_string(),
             source,

@@ -38,7 +38,10 @@ where
 {
     let mut resp = Response::new(warp::hyper::Body::wrap_stream(body));
     let h = resp.headers_mut();
-    h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert("cache-control", HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
@@ -50,7 +53,10 @@ mod tests {
 
     #[test]
     fn frames() {
-        assert_eq!(&data(&serde_json::json!({"a":1}))[..], b"data: {\"a\":1}\n\n");
+        assert_eq!(
+            &data(&serde_json::json!({"a":1}))[..],
+            b"data: {\"a\":1}\n\n"
+        );
         assert_eq!(&done()[..], b"data: [DONE]\n\n");
         let e = error(&ApiError::Engine("boom".into()));
         let s = std::str::from_utf8(&e).unwrap();

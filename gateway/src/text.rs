@@ -64,7 +64,10 @@ impl TextSide {
         if let Some(bad) = ids.iter().find(|&&id| id as usize >= tok.vocab_size()) {
             return Err(ApiError::invalid(
                 "tokens",
-                format!("token id {bad} is outside the vocabulary of {}", tok.vocab_size()),
+                format!(
+                    "token id {bad} is outside the vocabulary of {}",
+                    tok.vocab_size()
+                ),
             ));
         }
         tok.decode(ids, skip_special)

@@ -134,7 +134,12 @@ fn sampling(
 ) -> Result<(SamplingParams, usize, bool, bool, bool, bool), ApiError> {
     let max_tokens = match max_tokens {
         None => default_max,
-        Some(0) => return Err(ApiError::invalid("max_tokens", "max_tokens must be at least 1")),
+        Some(0) => {
+            return Err(ApiError::invalid(
+                "max_tokens",
+                "max_tokens must be at least 1",
+            ))
+        }
         Some(m) if m > MAX_TOKENS_CAP => {
             return Err(ApiError::ContextLength(format!(
                 "max_tokens {m} exceeds the largest context this server supports ({MAX_TOKENS_CAP})"
@@ -167,7 +172,10 @@ fn sampling(
         return Err(ApiError::invalid("stop", "at most 16 stop strings"));
     }
     if let Some(i) = stop.iter().position(String::is_empty) {
-        return Err(ApiError::invalid(format!("stop[{i}]"), "stop strings must not be empty"));
+        return Err(ApiError::invalid(
+            format!("stop[{i}]"),
+            "stop strings must not be empty",
+        ));
     }
     let params = SamplingParams {
         temperature: float("temperature", f.temperature, 1.0, 0.0, 100.0)?,
@@ -215,7 +223,10 @@ fn content_text(c: &Option<MessageContent>, i: usize) -> Result<String, ApiError
                 if p.kind != "text" {
                     return Err(ApiError::invalid(
                         format!("messages[{i}].content[{j}].type"),
-                        format!("content part type `{}` is not supported (only text)", p.kind),
+                        format!(
+                            "content part type `{}` is not supported (only text)",
+                            p.kind
+                        ),
                     ));
                 }
                 out.push_str(p.text.as_deref().unwrap_or(""));
@@ -443,7 +454,10 @@ mod tests {
         assert_eq!(c.resolve("tr"), Ok(Target::Routed));
         assert_eq!(c.resolve("default"), Ok(Target::Routed));
         assert_eq!(c.resolve("reference"), Ok(Target::Pinned(1)));
-        assert_eq!(c.resolve("gpt-4"), Err(ApiError::ModelNotFound("gpt-4".into())));
+        assert_eq!(
+            c.resolve("gpt-4"),
+            Err(ApiError::ModelNotFound("gpt-4".into()))
+        );
     }
 
     #[test]
@@ -460,17 +474,29 @@ mod tests {
         assert_eq!(p.params.top_k, 0);
         assert_eq!(p.params.stop, vec!["a".to_string(), "b".into()]);
         for (body, param) in [
-            (r#"{"model":"tr","prompt":[1],"temperature":-1}"#, "temperature"),
+            (
+                r#"{"model":"tr","prompt":[1],"temperature":-1}"#,
+                "temperature",
+            ),
             (r#"{"model":"tr","prompt":[1],"top_p":1.5}"#, "top_p"),
             (r#"{"model":"tr","prompt":[1],"n":0}"#, "n"),
             (r#"{"model":"tr","prompt":[1],"n":100000}"#, "n"),
-            (r#"{"model":"tr","prompt":[1],"max_tokens":0}"#, "max_tokens"),
+            (
+                r#"{"model":"tr","prompt":[1],"max_tokens":0}"#,
+                "max_tokens",
+            ),
             (r#"{"model":"tr","prompt":[1],"top_k":-5}"#, "top_k"),
             (r#"{"model":"tr","prompt":[-1]}"#, "prompt[0][0]"),
             (r#"{"model":"tr","prompt":[1],"stop":[""]}"#, "stop[0]"),
             (r#"{"model":"tr","prompt":[1],"logprobs":21}"#, "logprobs"),
-            (r#"{"model":"tr","prompt":[1],"stream_options":{"include_usage":true}}"#, "stream_options"),
-            (r#"{"model":"tr","prompt":"text needs a tokenizer"}"#, "prompt"),
+            (
+                r#"{"model":"tr","prompt":[1],"stream_options":{"include_usage":true}}"#,
+                "stream_options",
+            ),
+            (
+                r#"{"model":"tr","prompt":"text needs a tokenizer"}"#,
+                "prompt",
+            ),
         ] {
             match completion_of(body) {
                 Err(ApiError::InvalidParam { param: p, .. }) => assert_eq!(p, param, "{body}"),

@@ -28,7 +28,9 @@ gateway: {port: 0, served_model_name: tr, max_inflight: 8, max_queue: 8, drain_t
 async fn start() -> (gateway::GatewayServer, Service) {
     let cfg = EngineConfig::from_yaml_str(SIM, Path::new(".")).unwrap();
     let (gw, service) = gateway::app::inproc(&cfg).unwrap();
-    let server = gateway::GatewayServer::bind(gw, "127.0.0.1:0").await.unwrap();
+    let server = gateway::GatewayServer::bind(gw, "127.0.0.1:0")
+        .await
+        .unwrap();
     (server, service)
 }
 
@@ -71,8 +73,7 @@ async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
     );
     drop(s);
     let t0 = Instant::now();
-    while service.group().active() != 0
-        || (0..2).any(|m| service.group().stats(m).kv_requests != 0)
+    while service.group().active() != 0 || (0..2).any(|m| service.group().stats(m).kv_requests != 0)
     {
         assert!(
             t0.elapsed() < Duration::from_secs(2),
@@ -80,7 +81,10 @@ async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    println!("cancelled everywhere {:?} after the disconnect", t0.elapsed());
+    println!(
+        "cancelled everywhere {:?} after the disconnect",
+        t0.elapsed()
+    );
     // Freed blocks may stay in the prefix cache as evictable: available again.
     let total: Vec<usize> = (0..2).map(|m| service.group().stats(m).kv_blocks).collect();
     assert!(total.iter().all(|&t| t > 0));
@@ -108,6 +112,9 @@ async fn drain_waits_for_in_flight_requests_and_refuses_new_ones() {
     assert!(rest.contains("\"finish_reason\":\"length\""), "{rest}");
     assert!(rest.contains("data: [DONE]"), "{rest}");
     drain.await.unwrap();
-    assert!(TcpStream::connect(addr).await.is_err(), "no longer accepting");
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
     assert_eq!(service.group().active(), 0);
 }

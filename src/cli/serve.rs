@@ -39,7 +39,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
         let server = gateway::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
         // Scripts and tests read the bound address from this line.
         let mut out = std::io::stdout().lock();
-        writeln!(out, "tokenrouter serve: listening on http://{}", server.local_addr())?;
+        writeln!(
+            out,
+            "tokenrouter serve: listening on http://{}",
+            server.local_addr()
+        )?;
         out.flush()?;
         drop(out);
         gateway::shutdown::signal().await;

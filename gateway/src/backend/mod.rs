@@ -4,7 +4,6 @@
 
 pub mod inproc;
 
-
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::StreamEvent;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -76,24 +75,34 @@ mod tests {
         let cancels = Arc::new(AtomicUsize::new(0));
         let c = cancels.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let sub = Submission::new(rx, Box::new(move || {
-            c.fetch_add(1, Ordering::SeqCst);
-        }));
+        let sub = Submission::new(
+            rx,
+            Box::new(move || {
+                c.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
         drop(sub);
         assert_eq!(cancels.load(Ordering::SeqCst), 1);
         drop(tx);
 
         let c = cancels.clone();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut sub = Submission::new(rx, Box::new(move || {
-            c.fetch_add(1, Ordering::SeqCst);
-        }));
+        let mut sub = Submission::new(
+            rx,
+            Box::new(move || {
+                c.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
         tx.send(StreamEvent::Failed(
             subserver::scheduler::client::RequestError::Cancelled,
         ))
         .unwrap();
         assert!(matches!(sub.next().await, Some(StreamEvent::Failed(_))));
         drop(sub);
-        assert_eq!(cancels.load(Ordering::SeqCst), 1, "a finished request is not cancelled");
+        assert_eq!(
+            cancels.load(Ordering::SeqCst),
+            1,
+            "a finished request is not cancelled"
+        );
     }
 }

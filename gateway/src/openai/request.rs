@@ -321,7 +321,11 @@ mod tests {
         .unwrap();
         assert_eq!(m.len(), 2);
         // `echo` is a completions field only.
-        assert!(parse_object(br#"{"model":"m","messages":[],"echo":true}"#, Endpoint::Chat).is_err());
+        assert!(parse_object(
+            br#"{"model":"m","messages":[],"echo":true}"#,
+            Endpoint::Chat
+        )
+        .is_err());
     }
 
     #[test]

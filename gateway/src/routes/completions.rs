@@ -18,7 +18,12 @@ use crate::server::Gateway;
 use crate::validate::{self, Prepared};
 
 /// Handles one generation request.
-pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn handle(
+    gw: Arc<Gateway>,
+    endpoint: Endpoint,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let start = Instant::now();
     let route = match endpoint {
         Endpoint::Chat => "/v1/chat/completions",
@@ -28,7 +33,11 @@ pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, bo
         return resp;
     }
     if gw.shutdown.draining() {
-        return fail(&gw, route, ApiError::Unavailable("the server is shutting down".into()));
+        return fail(
+            &gw,
+            route,
+            ApiError::Unavailable("the server is shutting down".into()),
+        );
     }
     let prepared = match prepare(&gw, endpoint, &body) {
         Ok(p) => p,
@@ -54,7 +63,11 @@ pub async fn handle(gw: Arc<Gateway>, endpoint: Endpoint, headers: HeaderMap, bo
     };
     let stream = prepared.stream;
     let run = Run::start(gw.clone(), prepared, group, slot, start);
-    let resp = if stream { run.stream().await } else { run.collect().await };
+    let resp = if stream {
+        run.stream().await
+    } else {
+        run.collect().await
+    };
     count(&gw, route, resp)
 }
 

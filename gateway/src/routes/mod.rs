@@ -39,21 +39,17 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
         .and(body.clone())
-        .then(
-            |gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
-                completions::handle(gw, crate::openai::Endpoint::Chat, h, b).await
-            },
-        );
+        .then(|gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
+            completions::handle(gw, crate::openai::Endpoint::Chat, h, b).await
+        });
     let completions = warp::path!("v1" / "completions")
         .and(warp::post())
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
         .and(body.clone())
-        .then(
-            |gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
-                completions::handle(gw, crate::openai::Endpoint::Completions, h, b).await
-            },
-        );
+        .then(|gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
+            completions::handle(gw, crate::openai::Endpoint::Completions, h, b).await
+        });
     let models = warp::path!("v1" / "models")
         .and(warp::get())
         .and(with_gw.clone())
@@ -103,9 +99,7 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
 
 /// Checks the API key; counts the answer either way.
 pub fn authorize(gw: &Gateway, route: &str, headers: &HeaderMap) -> Result<(), Response> {
-    let value = headers
-        .get("authorization")
-        .and_then(|v| v.to_str().ok());
+    let value = headers.get("authorization").and_then(|v| v.to_str().ok());
     if gw.keys.check(value) {
         Ok(())
     } else {

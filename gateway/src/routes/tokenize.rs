@@ -37,7 +37,9 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(ApiError::BadJson("the body must be a JSON object".into())),
-        Err(e) => Err(ApiError::BadJson(format!("the body is not valid JSON: {e}"))),
+        Err(e) => Err(ApiError::BadJson(format!(
+            "the body is not valid JSON: {e}"
+        ))),
     }
 }
 
@@ -57,7 +59,12 @@ fn tokenize_ids(gw: &Gateway, body: &[u8]) -> Result<Vec<u32>, ApiError> {
             .or_insert_with(|| Value::String(gw.catalog.served.clone()));
         let req: ChatRequest = typed(map)?;
         let p = crate::validate::chat(req, &gw.catalog, &gw.text)?;
-        return Ok(p.prompts.into_iter().next().map(|p| p.ids).unwrap_or_default());
+        return Ok(p
+            .prompts
+            .into_iter()
+            .next()
+            .map(|p| p.ids)
+            .unwrap_or_default());
     }
     let req: TokenizeText = typed(map)?;
     check_model(gw, req.model.as_deref())?;
@@ -75,10 +82,7 @@ pub fn tokenize(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
         Ok(ids) => count(
             &gw,
             ROUTE,
-            json_response(
-                StatusCode::OK,
-                &json!({"count": ids.len(), "tokens": ids}),
-            ),
+            json_response(StatusCode::OK, &json!({"count": ids.len(), "tokens": ids})),
         ),
         Err(e) => fail(&gw, ROUTE, e),
     }
@@ -93,7 +97,10 @@ fn detokenize_text(gw: &Gateway, body: &[u8]) -> Result<String, ApiError> {
         .enumerate()
         .map(|(i, &t)| {
             u32::try_from(t).map_err(|_| {
-                ApiError::invalid(format!("tokens[{i}]"), format!("token id {t} is out of range"))
+                ApiError::invalid(
+                    format!("tokens[{i}]"),
+                    format!("token id {t} is out of range"),
+                )
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
