@@ -350,15 +350,28 @@ async fn main() -> anyhow::Result<()> {
             .timeout(Duration::from_secs(300))
             .build()?;
         let t0 = Instant::now();
-        let res = gateway_round(&client, &url, args.clients, 32, 100_000).await;
+        let res = gateway_round(&client, &url, args.clients, 32, 5_000).await;
         let wall = t0.elapsed().as_secs_f64();
         let ok = res
             .iter()
             .filter(|(_, s)| s.status == 200 && s.done)
             .count();
         let too_many = res.iter().filter(|(_, s)| s.status == 429).count();
-        let other = res.len() - ok - too_many;
-        many.push((label, ok, too_many, other, wall));
+        let mut other: Vec<String> = res
+            .iter()
+            .filter(|(_, s)| !(s.status == 200 && s.done) && s.status != 429)
+            .map(|(_, s)| {
+                format!(
+                    "status {}{}",
+                    s.status,
+                    if s.done { "" } else { " (no [DONE])" }
+                )
+            })
+            .collect();
+        other.sort();
+        other.dedup();
+        let n_other = res.len() - ok - too_many;
+        many.push((label, ok, too_many, n_other, other.join(", "), wall));
         drop(server);
     }
 
@@ -408,8 +421,16 @@ async fn main() -> anyhow::Result<()> {
         "| gateway | completed | 429 | other errors | wall (s) |"
     )?;
     writeln!(md, "|---|---|---|---|---|")?;
-    for (label, ok, too_many, other, wall) in &many {
-        writeln!(md, "| {label} | {ok} | {too_many} | {other} | {wall:.2} |")?;
+    for (label, ok, too_many, n_other, what, wall) in &many {
+        let what = if what.is_empty() {
+            String::new()
+        } else {
+            format!(" ({what})")
+        };
+        writeln!(
+            md,
+            "| {label} | {ok} | {too_many} | {n_other}{what} | {wall:.2} |"
+        )?;
     }
     print!("{md}");
     if let Some(out) = &args.out {
