@@ -21,9 +21,15 @@ struct Served {
 impl Served {
     /// Starts `serve` with `args` and waits for its "listening on" line.
     fn start(args: &[&str], dir: Option<tempfile::TempDir>, envs: &[(&str, &str)]) -> Self {
+        let mut all = vec!["serve"];
+        all.extend_from_slice(args);
+        Self::spawn(&all, dir, envs)
+    }
+
+    /// Starts `tokenrouter ARGS` and waits for its "listening on" line.
+    fn spawn(args: &[&str], dir: Option<tempfile::TempDir>, envs: &[(&str, &str)]) -> Self {
         let mut cmd = Command::new(common::binary());
-        cmd.arg("serve")
-            .args(args)
+        cmd.args(args)
             .env("TOKENROUTER_CACHE", common::cache_dir())
             .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
@@ -45,7 +51,7 @@ impl Served {
             Ok(url) => url,
             Err(_) => {
                 let _ = child.kill();
-                panic!("tokenrouter serve did not start");
+                panic!("tokenrouter {args:?} did not start");
             }
         };
         Self {
@@ -363,4 +369,101 @@ fn embedded_default_real_smollm2_pair() {
         ],
     );
     assert!(out.contains("0 failed"), "{out}");
+}
+
+/// A free local port (bound, then released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed on drop.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn health(url: &str) -> String {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+        ])
+        .arg(format!("{url}/health"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn wait_health(url: &str, want: &str, within: Duration) {
+    let start = Instant::now();
+    while health(url) != want {
+        assert!(
+            start.elapsed() < within,
+            "{url}/health never answered {want}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
+    // One process per model (TCP hand-overs), the entry's ingress on its admin port.
+    let dir = tempfile::tempdir().unwrap();
+    let (tq, tr, admin) = (free_port(), free_port(), free_port());
+    let text = std::fs::read_to_string(repo().join("config/sim-gateway.yaml")).unwrap();
+    let head = text.split("\ngateway:").next().unwrap();
+    let cfg = dir.path().join("split.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{head}\ntransport:\n  kind: tcp\n  addresses: {{quick: \"127.0.0.1:{tq}\", reference: \"127.0.0.1:{tr}\"}}\n\
+             gateway:\n  port: 0\n  served_model_name: tokenrouter\n  groups_file: groups.txt\n"
+        ),
+    )
+    .unwrap();
+    let groups = dir.path().join("groups.txt");
+    // At first only a group nobody serves.
+    std::fs::write(&groups, "# groups\nhttp://127.0.0.1:1\n").unwrap();
+    let member = |model: &str, admin: Option<u16>| {
+        let mut cmd = Command::new(common::binary());
+        cmd.args(["subserver", "--config"])
+            .arg(&cfg)
+            .args(["--model", model])
+            .env("TOKENROUTER_CACHE", common::cache_dir())
+            .env("RUST_LOG", "warn");
+        if let Some(p) = admin {
+            cmd.args(["--admin", &format!("127.0.0.1:{p}")]);
+        }
+        Proc(cmd.spawn().unwrap())
+    };
+    let _reference = member("reference", None);
+    let _quick = member("quick", Some(admin));
+    let entry = format!("http://127.0.0.1:{admin}");
+    wait_health(&entry, "200", Duration::from_secs(60));
+
+    let cfg_s = cfg.to_str().unwrap().to_string();
+    let gw = Served::spawn(&["gateway", "--config", &cfg_s, "--port", "0"], None, &[]);
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(health(&gw.url), "503", "no healthy group yet");
+    // The list reloads without a restart.
+    std::fs::write(&groups, format!("http://127.0.0.1:1\n{entry}\n")).unwrap();
+    wait_health(&gw.url, "200", Duration::from_secs(10));
+    let out = openai_suite(&gw.url, &["--pinned", "--logprobs"]);
+    assert!(out.contains("0 failed"), "{out}");
+    // And shrinks again.
+    std::fs::write(&groups, "http://127.0.0.1:1\n").unwrap();
+    wait_health(&gw.url, "503", Duration::from_secs(10));
 }

@@ -87,3 +87,21 @@ pub fn inproc(cfg: &EngineConfig) -> Result<(Arc<Gateway>, Service), AppError> {
     ))]);
     Ok((Arc::new(gw), service))
 }
+
+/// A gateway in front of the remote groups `cfg` lists (`gateway.groups`,
+/// `gateway.groups_file`); the models of `cfg` name the served models and
+/// its entry model's directory gives the tokenizer. Needs a tokio runtime.
+pub fn remote(cfg: &EngineConfig) -> Result<(Arc<Gateway>, crate::discovery::Discovery), AppError> {
+    let text = text_side(cfg)?;
+    let keys = api_keys(cfg)?;
+    let g = cfg.gateway();
+    let gw = Arc::new(Gateway::new(
+        catalog(cfg),
+        text,
+        keys,
+        GatewayOptions::from_config(g),
+        vec![],
+    )?);
+    let discovery = crate::discovery::start(gw.clone(), g.groups.clone(), g.groups_file.clone());
+    Ok((gw, discovery))
+}

@@ -12,6 +12,7 @@ pub mod admission;
 pub mod app;
 pub mod auth;
 pub mod backend;
+pub mod discovery;
 pub mod error;
 pub mod generate;
 pub mod metrics;

@@ -3,6 +3,7 @@
 //! [`Submission`], ask whether the group is healthy and how loaded.
 
 pub mod inproc;
+pub mod remote;
 
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::StreamEvent;

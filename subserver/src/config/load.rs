@@ -1376,8 +1376,14 @@ scheduler_class: R2R
         let g = c.gateway();
         assert_eq!(g.api_keys_env.as_deref(), Some("TR_KEYS"));
         assert_eq!((g.drain_timeout_ms, g.retry_after_s), (2500, 3));
-        assert_eq!(g.groups, vec!["http://a:1".to_string(), "http://b:2".into()]);
-        assert!(g.groups_file.as_ref().is_some_and(|p| p.ends_with("groups.txt")));
+        assert_eq!(
+            g.groups,
+            vec!["http://a:1".to_string(), "http://b:2".into()]
+        );
+        assert!(g
+            .groups_file
+            .as_ref()
+            .is_some_and(|p| p.ends_with("groups.txt")));
         for body in ["groups: ['']", "api_keys_env: ''"] {
             assert_eq!(
                 error_with(&format!("gateway: {{{body}}}\n")).error_type(),

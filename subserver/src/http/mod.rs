@@ -7,6 +7,7 @@
 //! | GET | `/admin/thresholds` | `{"delayed_batching_threshold": {model: [B at n=1, ...]}}` |
 //! | PUT | `/admin/thresholds` | same body in; sets it, answers the new table (400 on bad input) |
 //! | GET | `/admin/state` | [`AdminApi::snapshot`] (queues per model, KV usage) |
+//! | POST | `/internal/generate` | the client ingress of a remote gateway ([`ingress`]): NDJSON events |
 //!
 //! Errors answer `{"error":{"message":..,"type":..}}` as the OpenAI API
 //! does. The server runs on its own thread and tokio runtime, owned by
@@ -16,6 +17,7 @@ mod admin;
 #[cfg(test)]
 mod endpoint_tests;
 mod error;
+pub mod ingress;
 mod reply;
 mod routes;
 mod server;
@@ -23,5 +25,6 @@ mod thresholds;
 
 pub use admin::{AdminApi, ThresholdTable};
 pub use error::HttpError;
+pub use ingress::Ingress;
 pub use server::SubserverHttp;
 pub use thresholds::{parse_thresholds, thresholds_json, THRESHOLDS_KEY};

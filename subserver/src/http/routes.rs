@@ -20,12 +20,16 @@ use crate::metrics::{encode_text, TEXT_CONTENT_TYPE};
 /// (a handful of models by a thousand `n` fit).
 const MAX_BODY_BYTES: u64 = 64 * 1024;
 
-const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, GET /admin/state";
+const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, GET /admin/state, POST /internal/generate";
+
+/// Largest `/internal/generate` body (a long prompt's ids as JSON).
+const MAX_GENERATE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Every endpoint, with errors turned into JSON answers.
 pub(super) fn routes(
     state: Arc<dyn AdminApi>,
     registry: Registry,
+    ingress: Option<Arc<dyn super::ingress::Ingress>>,
 ) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone + Send + Sync + 'static {
     let metrics = warp::path!("metrics")
         .and(warp::get())
@@ -47,6 +51,11 @@ pub(super) fn routes(
     let admin_state = warp::path!("admin" / "state")
         .and(warp::get())
         .map(move || reply::json(StatusCode::OK, &state.snapshot()));
+    let generate = warp::path!("internal" / "generate")
+        .and(warp::post())
+        .and(warp::body::content_length_limit(MAX_GENERATE_BYTES))
+        .and(warp::body::bytes())
+        .map(move |body: Bytes| super::ingress::generate(ingress.clone(), &body));
 
     metrics
         .or(health)
@@ -56,6 +65,8 @@ pub(super) fn routes(
         .or(put_thresholds)
         .unify()
         .or(admin_state)
+        .unify()
+        .or(generate)
         .unify()
         .recover(rejection)
         .unify()

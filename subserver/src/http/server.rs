@@ -39,6 +39,17 @@ impl SubserverHttp {
         state: Arc<dyn AdminApi>,
         registry: Registry,
     ) -> Result<Self, HttpError> {
+        Self::start_with_ingress(addr, state, registry, None)
+    }
+
+    /// Like [`Self::start`], also taking requests at `/internal/generate`
+    /// (the entry model's process).
+    pub fn start_with_ingress(
+        addr: SocketAddr,
+        state: Arc<dyn AdminApi>,
+        registry: Registry,
+        ingress: Option<Arc<dyn super::ingress::Ingress>>,
+    ) -> Result<Self, HttpError> {
         // Bound here, not in the thread, so that the caller gets the exact
         // bind error and no request can race the start.
         let listener = std::net::TcpListener::bind(addr).map_err(|e| HttpError::bind(addr, e))?;
@@ -48,7 +59,7 @@ impl SubserverHttp {
         listener
             .set_nonblocking(true)
             .map_err(|e| HttpError::bind(addr, e))?;
-        let routes = routes(state, registry);
+        let routes = routes(state, registry, ingress);
         let (stop_tx, stop_rx) = oneshot::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()

@@ -58,11 +58,17 @@ impl MemberService {
             .map_err(|e| ServiceError::Unsupported(format!("transport: {e}")))?,
         );
         let http = match admin {
-            Some(addr) => Some(SubserverHttp::start(
-                addr,
-                Arc::new(MemberAdmin::new(member.clone())),
-                registry,
-            )?),
+            Some(addr) => {
+                // Only the entry model's process takes client requests.
+                let ingress: Option<Arc<dyn crate::http::Ingress>> =
+                    (index == cfg.entry_index()).then(|| member.clone() as _);
+                Some(SubserverHttp::start_with_ingress(
+                    addr,
+                    Arc::new(MemberAdmin::new(member.clone())),
+                    registry,
+                    ingress,
+                )?)
+            }
             None => None,
         };
         Ok(Self { http, member })

@@ -65,7 +65,8 @@ pub struct Service {
 
 impl Service {
     /// Loads every model of `cfg` and starts the group; with `admin`, also
-    /// serves `/metrics`, `/health` and `/admin/*` there.
+    /// serves `/metrics`, `/health`, `/admin/*` and the client ingress
+    /// `/internal/generate` there.
     pub fn start(cfg: &EngineConfig, admin: Option<SocketAddr>) -> Result<Self, ServiceError> {
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
@@ -78,7 +79,13 @@ impl Service {
         let http = match admin {
             Some(addr) => {
                 let api = Arc::new(admin::GroupAdmin::new(group.clone()));
-                Some(SubserverHttp::start(addr, api, registry.clone())?)
+                let ingress: Arc<dyn crate::http::Ingress> = group.clone();
+                Some(SubserverHttp::start_with_ingress(
+                    addr,
+                    api,
+                    registry.clone(),
+                    Some(ingress),
+                )?)
             }
             None => None,
         };
