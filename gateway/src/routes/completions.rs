@@ -29,7 +29,7 @@ pub async fn handle(
         Endpoint::Chat => "/v1/chat/completions",
         Endpoint::Completions => "/v1/completions",
     };
-    if let Err(resp) = authorize(&gw, route, &headers) {
+    if let Some(resp) = authorize(&gw, route, &headers) {
         return resp;
     }
     if gw.shutdown.draining() {

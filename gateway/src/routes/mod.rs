@@ -38,7 +38,7 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(warp::post())
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
-        .and(body.clone())
+        .and(body)
         .then(|gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
             completions::handle(gw, crate::openai::Endpoint::Chat, h, b).await
         });
@@ -46,7 +46,7 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(warp::post())
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
-        .and(body.clone())
+        .and(body)
         .then(|gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
             completions::handle(gw, crate::openai::Endpoint::Completions, h, b).await
         });
@@ -58,7 +58,7 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
     let tokenize = post("tokenize")
         .and(with_gw.clone())
         .and(warp::header::headers_cloned())
-        .and(body.clone())
+        .and(body)
         .map(tokenize::tokenize);
     let detokenize = post("detokenize")
         .and(with_gw.clone())
@@ -97,13 +97,13 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .boxed()
 }
 
-/// Checks the API key; counts the answer either way.
-pub fn authorize(gw: &Gateway, route: &str, headers: &HeaderMap) -> Result<(), Response> {
+/// Checks the API key: `Some(401 response)` (counted) when it is wrong.
+pub fn authorize(gw: &Gateway, route: &str, headers: &HeaderMap) -> Option<Response> {
     let value = headers.get("authorization").and_then(|v| v.to_str().ok());
     if gw.keys.check(value) {
-        Ok(())
+        None
     } else {
-        Err(fail(gw, route, ApiError::Unauthorized))
+        Some(fail(gw, route, ApiError::Unauthorized))
     }
 }
 

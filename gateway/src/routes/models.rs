@@ -14,7 +14,7 @@ use crate::server::Gateway;
 /// Lists the served models.
 pub fn handle(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
     const ROUTE: &str = "/v1/models";
-    if let Err(resp) = authorize(&gw, ROUTE, &headers) {
+    if let Some(resp) = authorize(&gw, ROUTE, &headers) {
         return resp;
     }
     let entry = |id: &str, routing: &str| {

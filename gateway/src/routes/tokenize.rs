@@ -75,7 +75,7 @@ fn tokenize_ids(gw: &Gateway, body: &[u8]) -> Result<Vec<u32>, ApiError> {
 /// Text or messages → token ids.
 pub fn tokenize(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     const ROUTE: &str = "/tokenize";
-    if let Err(resp) = authorize(&gw, ROUTE, &headers) {
+    if let Some(resp) = authorize(&gw, ROUTE, &headers) {
         return resp;
     }
     match tokenize_ids(&gw, &body) {
@@ -110,7 +110,7 @@ fn detokenize_text(gw: &Gateway, body: &[u8]) -> Result<String, ApiError> {
 /// Token ids → text.
 pub fn detokenize(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
     const ROUTE: &str = "/detokenize";
-    if let Err(resp) = authorize(&gw, ROUTE, &headers) {
+    if let Some(resp) = authorize(&gw, ROUTE, &headers) {
         return resp;
     }
     match detokenize_text(&gw, &body) {
