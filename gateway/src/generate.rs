@@ -11,6 +11,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 use subserver::scheduler::client::{RequestError, StreamEvent, Usage};
 use warp::http::StatusCode;
@@ -93,6 +94,9 @@ pub struct Run {
     first_token: Option<Instant>,
     id: String,
     created: u64,
+    ttft: prometheus::Histogram,
+    itl: prometheus::Histogram,
+    cancel: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Run {
@@ -122,7 +126,14 @@ impl Run {
             Endpoint::Completions => "cmpl",
         };
         let id = format!("{prefix}-{}", gw.next_id());
+        let label = [gw.metrics.model_name()];
+        let ttft = gw.metrics.ttft.with_label_values(&label);
+        let itl = gw.metrics.itl.with_label_values(&label);
+        let cancel = gw.shutdown.subscribe();
         Self {
+            ttft,
+            itl,
+            cancel,
             gw,
             prepared,
             _group: group,
@@ -141,21 +152,22 @@ impl Run {
 
     /// The next event, or a shutdown failure when the drain deadline passed.
     async fn next_event(&mut self) -> Option<(usize, StreamEvent)> {
-        let cancelled = self.gw.shutdown.cancelled();
+        let shutdown = Some((0, StreamEvent::Failed(RequestError::Shutdown)));
+        if *self.cancel.borrow() {
+            return shutdown;
+        }
         tokio::select! {
             ev = self.merged.next() => ev,
-            _ = cancelled => {
-                Some((0, StreamEvent::Failed(RequestError::Shutdown)))
-            }
+            // The sender lives in the gateway this run holds: a change is a cancel.
+            _ = self.cancel.changed() => shutdown,
         }
     }
 
     /// Applies one event; returns the choice index and an error if it failed.
     fn apply(&mut self, i: usize, ev: StreamEvent) -> Result<(), ApiError> {
         let now = Instant::now();
-        let model = self.gw.metrics.model_name().to_string();
         let want_lp = self.prepared.logprobs;
-        let text_side = self.gw.text.clone();
+        let gw = &self.gw;
         let Some(c) = self.choices.get_mut(i) else {
             return Ok(());
         };
@@ -168,18 +180,10 @@ impl Run {
             } => {
                 if self.first_token.is_none() {
                     self.first_token = Some(now);
-                    self.gw
-                        .metrics
-                        .ttft
-                        .with_label_values(&[&model])
-                        .observe((now - self.start).as_secs_f64());
+                    self.ttft.observe((now - self.start).as_secs_f64());
                 }
                 if let Some(prev) = c.last_token {
-                    self.gw
-                        .metrics
-                        .itl
-                        .with_label_values(&[&model])
-                        .observe((now - prev).as_secs_f64());
+                    self.itl.observe((now - prev).as_secs_f64());
                 }
                 c.last_token = Some(now);
                 c.text.push_str(&text);
@@ -193,7 +197,7 @@ impl Run {
                             "this group's backend has no logits: logprobs are unavailable",
                         ));
                     };
-                    let lp = token_logprob(&lp, token, &text_side);
+                    let lp = token_logprob(&lp, token, &gw.text);
                     c.logprobs.push(lp.clone());
                     c.unsent_logprobs.push(lp);
                 }
@@ -380,12 +384,11 @@ impl Run {
         for i in 0..self.choices.len() {
             match self.prepared.endpoint {
                 Endpoint::Chat => {
-                    let delta = json!({"role": "assistant", "content": ""});
-                    frames.push_back(self.chunk(i, delta, Value::Null, None, Vec::new()));
+                    frames.push_back(self.chunk(i, Payload::Role, Value::Null, None, Vec::new()));
                 }
                 Endpoint::Completions if self.prepared.echo => {
                     let p = &self.prepared.prompts[i / self.prepared.n.max(1)];
-                    let text = json!(p.text.clone().unwrap_or_default());
+                    let text = Payload::Text(p.text.as_deref().unwrap_or(""));
                     frames.push_back(self.chunk(i, text, Value::Null, None, Vec::new()));
                 }
                 Endpoint::Completions => {}
@@ -406,40 +409,104 @@ impl Run {
     fn chunk(
         &self,
         i: usize,
-        payload: Value,
+        payload: Payload<'_>,
         logprobs: Value,
         finish: Option<&str>,
         writers: Vec<u16>,
     ) -> Bytes {
-        let mut choice = Map::new();
-        choice.insert("index".into(), json!(i));
-        let object = match self.prepared.endpoint {
-            Endpoint::Chat => {
-                choice.insert("delta".into(), payload);
-                "chat.completion.chunk"
-            }
-            Endpoint::Completions => {
-                choice.insert("text".into(), payload);
-                "text_completion"
-            }
+        let (object, delta, text) = match (self.prepared.endpoint, payload) {
+            (Endpoint::Chat, Payload::Role) => (
+                "chat.completion.chunk",
+                Some(Delta {
+                    role: Some("assistant"),
+                    content: Some(""),
+                }),
+                None,
+            ),
+            (Endpoint::Chat, Payload::Text(t)) => (
+                "chat.completion.chunk",
+                Some(Delta {
+                    role: None,
+                    content: (!t.is_empty()).then_some(t),
+                }),
+                None,
+            ),
+            (Endpoint::Completions, Payload::Role) => ("text_completion", None, Some("")),
+            (Endpoint::Completions, Payload::Text(t)) => ("text_completion", None, Some(t)),
         };
-        choice.insert("logprobs".into(), logprobs);
-        choice.insert("finish_reason".into(), json!(finish));
-        choice.insert("token_sources".into(), self.writers_json(&writers));
-        let mut body = json!({
-            "id": self.id,
-            "object": object,
-            "created": self.created,
-            "model": self.prepared.model,
-            "choices": [Value::Object(choice)],
-        });
-        if self.prepared.continuous_usage {
-            body["usage"] = self.usage_json();
+        let usage = if self.prepared.continuous_usage {
+            Some(self.usage_json())
         } else if self.prepared.include_usage {
-            body["usage"] = Value::Null;
+            Some(Value::Null)
+        } else {
+            None
+        };
+        let members = &self.gw.catalog.members;
+        let chunk = Chunk {
+            id: &self.id,
+            object,
+            created: self.created,
+            model: &self.prepared.model,
+            choices: [ChunkChoice {
+                index: i,
+                delta,
+                text,
+                logprobs,
+                finish_reason: finish,
+                token_sources: writers
+                    .iter()
+                    .map(|&w| members.get(w as usize).map_or("unknown", String::as_str))
+                    .collect(),
+            }],
+            usage,
+        };
+        let mut out = Vec::with_capacity(320);
+        out.extend_from_slice(b"data: ");
+        if serde_json::to_writer(&mut out, &chunk).is_err() {
+            out.extend_from_slice(b"{}");
         }
-        sse::data(&body)
+        out.extend_from_slice(b"\n\n");
+        Bytes::from(out)
     }
+}
+
+/// What a chunk carries besides logprobs and the finish reason.
+enum Payload<'a> {
+    /// Chat: the first chunk's `{"role": "assistant"}`; completions: "".
+    Role,
+    /// New text (chat `delta.content`, completions `text`).
+    Text(&'a str),
+}
+
+#[derive(Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a> {
+    index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta: Option<Delta<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    text: Option<&'a str>,
+    logprobs: Value,
+    finish_reason: Option<&'a str>,
+    token_sources: Vec<&'a str>,
+}
+
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [ChunkChoice<'a>; 1],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Value>,
 }
 
 struct StreamState {
@@ -511,20 +578,14 @@ impl StreamState {
                         (Some(_), Endpoint::Chat) => json!({"content": lps}),
                         (Some(_), Endpoint::Completions) => completion_logprobs(&lps),
                     };
-                    let payload = match self.run.prepared.endpoint {
-                        Endpoint::Chat if new_text.is_empty() => json!({}),
-                        Endpoint::Chat => json!({"content": new_text}),
-                        Endpoint::Completions => json!(new_text),
-                    };
+                    let payload = Payload::Text(&new_text);
                     if is_finish && !new_text.is_empty() {
                         // Text first, then the finish chunk.
                         let f = self.run.chunk(i, payload, lp, None, writers);
                         self.frames.push_back(f);
-                        let empty = match self.run.prepared.endpoint {
-                            Endpoint::Chat => json!({}),
-                            Endpoint::Completions => json!(""),
-                        };
-                        let f = self.run.chunk(i, empty, Value::Null, finish, Vec::new());
+                        let f =
+                            self.run
+                                .chunk(i, Payload::Text(""), Value::Null, finish, Vec::new());
                         self.frames.push_back(f);
                     } else {
                         let f = self.run.chunk(i, payload, lp, finish, writers);

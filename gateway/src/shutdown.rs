@@ -44,6 +44,11 @@ impl Shutdown {
         self.cancel.send_replace(true);
     }
 
+    /// A receiver whose value turns `true` at [`Self::cancel_all`].
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.cancel.subscribe()
+    }
+
     /// Resolves when [`Self::cancel_all`] is called.
     pub fn cancelled(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut rx = self.cancel.subscribe();
