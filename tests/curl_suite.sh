@@ -77,6 +77,18 @@ protocol)
     has "metric_$m" "$m"
   done
   has metric_status_400 'status="400"'
+  # A client that gives up cancels its request in every model (KV freed).
+  curl -s --max-time 1 -o /dev/null "$BASE/v1/completions" "${JSON[@]}" \
+    -d '{"model":"tokenrouter","prompt":"x","max_tokens":50000}'
+  gone=0
+  for _ in $(seq 1 100); do
+    curl -s -o "$TMP/body" "$BASE/metrics"
+    if grep -q '^tokenrouter:active_concurrency{model="quick"} 0' "$TMP/body" \
+       && grep -q '^tokenrouter:kv_cache_usage_perc{model="reference"} 0$' "$TMP/body" \
+       && grep -q '^tokenrouter:kv_cache_usage_perc{model="quick"} 0$' "$TMP/body"; then gone=1; break; fi
+    sleep 0.05
+  done
+  [ $gone = 1 ] && pass disconnect_cancels_and_frees_kv || fail disconnect_cancels_and_frees_kv "$(grep -E 'active_concurrency|kv_cache_usage' "$TMP/body")"
   req still_healthy 200 GET /health
   ;;
 overload)

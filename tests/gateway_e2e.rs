@@ -463,6 +463,41 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
     wait_health(&gw.url, "200", Duration::from_secs(10));
     let out = openai_suite(&gw.url, &["--pinned", "--logprobs"]);
     assert!(out.contains("0 failed"), "{out}");
+    // A client that leaves cancels the request in the remote group too.
+    let _ = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "1",
+            "-o",
+            "/dev/null",
+            "-H",
+            "content-type: application/json",
+        ])
+        .arg(format!("{}/v1/completions", gw.url))
+        .args([
+            "-d",
+            r#"{"model":"tokenrouter","prompt":"x","max_tokens":50000,"stream":true}"#,
+        ])
+        .status();
+    let start = Instant::now();
+    loop {
+        let m = Command::new("curl")
+            .args(["-s", &format!("{entry}/metrics")])
+            .output()
+            .unwrap();
+        let m = String::from_utf8_lossy(&m.stdout).to_string();
+        if m.contains("tokenrouter:kv_cache_usage_perc{model=\"quick\"} 0\n")
+            && m.contains("tokenrouter:active_concurrency{model=\"quick\"} 0\n")
+        {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the remote request was not cancelled:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // And shrinks again.
     std::fs::write(&groups, "http://127.0.0.1:1\n").unwrap();
     wait_health(&gw.url, "503", Duration::from_secs(10));
