@@ -64,13 +64,14 @@ impl Pool {
         }
     }
 
-    /// The healthy group with the least load (in flight + queued); `None`
-    /// when no group is healthy.
+    /// The healthy group with the least load (in flight + queued here,
+    /// then what the group itself reports active); `None` when no group is
+    /// healthy.
     pub fn pick(&self) -> Option<Arc<GroupEntry>> {
         self.groups()
             .into_iter()
             .filter(|g| g.backend.healthy())
-            .min_by_key(|g| g.admission.load())
+            .min_by_key(|g| (g.admission.load(), g.backend.active()))
     }
 
     /// True when at least one group is healthy.
