@@ -458,8 +458,12 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
     let gw = Served::spawn(&["gateway", "--config", &cfg_s, "--port", "0"], None, &[]);
     std::thread::sleep(Duration::from_millis(1200));
     assert_eq!(health(&gw.url), "503", "no healthy group yet");
-    // The list reloads without a restart.
-    std::fs::write(&groups, format!("http://127.0.0.1:1\n{entry}\n")).unwrap();
+    // The list reloads without a restart; `dns://` names one group per address.
+    std::fs::write(
+        &groups,
+        format!("http://127.0.0.1:1\ndns://localhost:{admin}\n"),
+    )
+    .unwrap();
     wait_health(&gw.url, "200", Duration::from_secs(10));
     let out = openai_suite(&gw.url, &["--pinned", "--logprobs"]);
     assert!(out.contains("0 failed"), "{out}");

@@ -91,7 +91,9 @@ pub fn inproc(cfg: &EngineConfig) -> Result<(Arc<Gateway>, Service), AppError> {
 /// A gateway in front of the remote groups `cfg` lists (`gateway.groups`,
 /// `gateway.groups_file`); the models of `cfg` name the served models and
 /// its entry model's directory gives the tokenizer. Needs a tokio runtime.
-pub fn remote(cfg: &EngineConfig) -> Result<(Arc<Gateway>, crate::discovery::Discovery), AppError> {
+pub async fn remote(
+    cfg: &EngineConfig,
+) -> Result<(Arc<Gateway>, crate::discovery::Discovery), AppError> {
     let text = text_side(cfg)?;
     let keys = api_keys(cfg)?;
     let g = cfg.gateway();
@@ -102,6 +104,7 @@ pub fn remote(cfg: &EngineConfig) -> Result<(Arc<Gateway>, crate::discovery::Dis
         GatewayOptions::from_config(g),
         vec![],
     )?);
-    let discovery = crate::discovery::start(gw.clone(), g.groups.clone(), g.groups_file.clone());
+    let discovery =
+        crate::discovery::start(gw.clone(), g.groups.clone(), g.groups_file.clone()).await;
     Ok((gw, discovery))
 }

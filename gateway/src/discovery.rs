@@ -1,6 +1,9 @@
 //! Where the remote groups are: `gateway.groups` from the config plus
 //! `gateway.groups_file` (one URL per line, `#` comments; a mounted
 //! ConfigMap), re-read when it changes so the list reloads without a restart.
+//! An entry `dns://NAME:PORT` (e.g. a headless Service of the entry pods)
+//! stands for one group per address NAME resolves to, re-resolved every few
+//! seconds.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -15,6 +18,30 @@ use crate::server::Gateway;
 
 /// How often the groups file is checked.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
+/// How often `dns://` entries are resolved again.
+const DNS_EVERY: Duration = Duration::from_secs(5);
+
+/// Expands `dns://NAME:PORT` entries into one `http://ADDR:PORT` per address;
+/// other entries pass through. An entry that does not resolve adds nothing.
+pub async fn expand(entries: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in entries {
+        match e.strip_prefix("dns://") {
+            Some(target) => match tokio::net::lookup_host(target).await {
+                Ok(addrs) => {
+                    let mut found: Vec<String> = addrs.map(|a| format!("http://{a}")).collect();
+                    found.sort();
+                    out.extend(found);
+                }
+                Err(err) => tracing::warn!(%target, error = %err, "cannot resolve groups"),
+            },
+            None => out.push(e.clone()),
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|u| seen.insert(u.clone()));
+    out
+}
 
 /// URLs in a groups file's text.
 pub fn parse_urls(text: &str) -> Vec<String> {
@@ -44,6 +71,7 @@ struct State {
     client: reqwest::Client,
     backends: HashMap<String, Arc<RemoteBackend>>,
     last_text: Option<String>,
+    last_urls: Option<Vec<String>>,
 }
 
 impl State {
@@ -57,19 +85,22 @@ impl State {
         }
     }
 
-    /// Re-reads the file; applies the list when it changed (or the first time).
-    fn refresh(&mut self, first: bool) {
-        let text = self.file.as_deref().and_then(Self::read_file);
-        if !first && (text.is_none() || text == self.last_text) {
-            // Unreadable (e.g. mid-update of a ConfigMap) or unchanged: keep the list.
+    /// Re-reads the file (and resolves `dns://` entries); applies the list
+    /// when it changed.
+    async fn refresh(&mut self) {
+        let mut entries = self.fixed.clone();
+        // Unreadable (e.g. mid-update of a ConfigMap): keep the last text.
+        if let Some(t) = self.file.as_deref().and_then(Self::read_file) {
+            self.last_text = Some(t);
+        }
+        if let Some(t) = &self.last_text {
+            entries.extend(parse_urls(t));
+        }
+        let urls = expand(&entries).await;
+        if self.last_urls.as_ref() == Some(&urls) {
             return;
         }
-        let mut urls = self.fixed.clone();
-        if let Some(t) = &text {
-            urls.extend(parse_urls(t));
-        }
-        urls.dedup();
-        self.last_text = text;
+        self.last_urls = Some(urls.clone());
         let mut next = HashMap::new();
         let mut list: Vec<Arc<dyn Backend>> = Vec::new();
         for url in urls {
@@ -90,9 +121,9 @@ impl State {
     }
 }
 
-/// Loads `fixed` plus the file's groups into `gw`'s pool now, then watches
-/// the file (needs a tokio runtime).
-pub fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) -> Discovery {
+/// Loads `fixed` plus the file's groups into `gw`'s pool, then watches the
+/// file and re-resolves `dns://` entries (needs a tokio runtime).
+pub async fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) -> Discovery {
     let mut state = State {
         gw,
         fixed: fixed
@@ -103,15 +134,35 @@ pub fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) -> Dis
         client: reqwest::Client::new(),
         backends: HashMap::new(),
         last_text: None,
+        last_urls: None,
     };
-    state.refresh(true);
+    state.refresh().await;
+    let dns = state.fixed.iter().any(|u| u.starts_with("dns://"));
     let task = tokio::spawn(async move {
-        if state.file.is_none() {
+        if state.file.is_none() && !dns {
             return;
         }
+        // Without a file only DNS answers can change.
+        let every = if state.file.is_some() {
+            WATCH_EVERY
+        } else {
+            DNS_EVERY
+        };
+        let mut since_dns = Duration::ZERO;
         loop {
-            tokio::time::sleep(WATCH_EVERY).await;
-            state.refresh(false);
+            tokio::time::sleep(every).await;
+            since_dns += every;
+            let text = state.file.as_deref().and_then(State::read_file);
+            let changed = text.is_some() && text != state.last_text;
+            let has_dns = dns
+                || state
+                    .last_text
+                    .as_deref()
+                    .is_some_and(|t| t.contains("dns://"));
+            if changed || (has_dns && since_dns >= DNS_EVERY) {
+                state.refresh().await;
+                since_dns = Duration::ZERO;
+            }
         }
     });
     Discovery { task }
@@ -120,6 +171,24 @@ pub fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) -> Dis
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn dns_entries_expand_to_one_group_per_address() {
+        let urls = expand(&[
+            "dns://localhost:4321".to_string(),
+            "http://a:1".to_string(),
+            "http://a:1".to_string(),
+        ])
+        .await;
+        assert!(
+            urls.contains(&"http://127.0.0.1:4321".to_string()),
+            "{urls:?}"
+        );
+        assert_eq!(urls.iter().filter(|u| *u == "http://a:1").count(), 1);
+        assert!(expand(&["dns://no-such-host.invalid:1".to_string()])
+            .await
+            .is_empty());
+    }
 
     #[test]
     fn urls_from_text() {

@@ -32,7 +32,9 @@ pub fn run(args: GatewayArgs) -> Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     runtime.block_on(async move {
-        let (gw, discovery) = gateway::app::remote(&cfg).context("starting the gateway")?;
+        let (gw, discovery) = gateway::app::remote(&cfg)
+            .await
+            .context("starting the gateway")?;
         let server = gateway::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
         let mut out = std::io::stdout().lock();
         writeln!(
