@@ -77,6 +77,15 @@ protocol)
     has "metric_$m" "$m"
   done
   has metric_status_400 'status="400"'
+  # Values, not only names: the requests above were counted.
+  grep -qE '^vllm:request_success_total\{finished_reason="length",model_name="tokenrouter"\} [1-9]' "$TMP/body" \
+    && pass metric_success_counted || fail metric_success_counted "$(grep request_success "$TMP/body")"
+  grep -qE '^vllm:time_to_first_token_seconds_count\{model_name="tokenrouter"\} [1-9]' "$TMP/body" \
+    && pass metric_ttft_observed || fail metric_ttft_observed "$(grep time_to_first_token_seconds_count "$TMP/body")"
+  grep -qE '^tokenrouter:http_requests_total\{route="/v1/chat/completions",status="200"\} [1-9]' "$TMP/body" \
+    && pass metric_http_200_counted || fail metric_http_200_counted "$(grep http_requests_total "$TMP/body")"
+  grep -qE '^tokenrouter:large_model_token_share 0\.[0-9]*[1-9]' "$TMP/body" \
+    && pass metric_large_share_set || fail metric_large_share_set "$(grep large_model_token_share "$TMP/body")"
   # A client that gives up cancels its request in every model (KV freed).
   curl -s --max-time 1 -o /dev/null "$BASE/v1/completions" "${JSON[@]}" \
     -d '{"model":"tokenrouter","prompt":"x","max_tokens":50000}'
