@@ -449,7 +449,7 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
         }
         Proc(cmd.spawn().unwrap())
     };
-    let _reference = member("reference", None);
+    let reference = member("reference", None);
     let _quick = member("quick", Some(admin));
     let entry = format!("http://127.0.0.1:{admin}");
     wait_health(&entry, "200", Duration::from_secs(60));
@@ -506,4 +506,29 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
     // And shrinks again.
     std::fs::write(&groups, "http://127.0.0.1:1\n").unwrap();
     wait_health(&gw.url, "503", Duration::from_secs(10));
+    // Back; then one subserver of the group dies: the group is skipped.
+    std::fs::write(&groups, format!("{entry}\n")).unwrap();
+    wait_health(&gw.url, "200", Duration::from_secs(10));
+    drop(reference);
+    wait_health(&gw.url, "503", Duration::from_secs(30));
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-w",
+            "\n%{http_code}",
+            "-H",
+            "content-type: application/json",
+        ])
+        .arg(format!("{}/v1/completions", gw.url))
+        .args([
+            "-d",
+            r#"{"model":"tokenrouter","prompt":"x","max_tokens":2}"#,
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.ends_with("\n503") && out.contains("no healthy group"),
+        "{out}"
+    );
 }
