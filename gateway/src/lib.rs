@@ -7,6 +7,12 @@
 //! answers 429), a [`backend::Backend`] runs it, and [`generate`] streams
 //! ([`sse`]) or collects the answer. [`metrics`] counts everything,
 //! [`shutdown`] drains on SIGTERM.
+//!
+//! Backends: [`backend::inproc`] (the group in this process, `tokenrouter
+//! serve`) and [`backend::remote`] (a group in other processes, reached at
+//! its entry subserver's `/internal/generate`). [`app`] assembles a gateway
+//! from an engine config; [`discovery`] keeps the remote group list in line
+//! with the config, a watched file and DNS.
 
 pub mod admission;
 pub mod app;
