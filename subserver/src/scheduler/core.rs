@@ -1062,10 +1062,7 @@ impl<R: ModelRunner> Scheduler<R> {
             return;
         };
         let home = seq.home;
-        let loc = seq.turn_start;
-        let tokens = seq.tokens[loc..].to_vec();
-        let logprobs = std::mem::take(&mut seq.turn_logprobs);
-        seq.turn_start = seq.tokens.len();
+        let (loc, tokens, logprobs) = seq.take_turn();
         let msg = PeerMsg::Progress {
             rid,
             from: me,
@@ -1198,9 +1195,7 @@ impl<R: ModelRunner> Scheduler<R> {
             return;
         };
         let home = seq.home;
-        let loc = seq.turn_start;
-        let tokens = seq.tokens[loc..].to_vec();
-        let logprobs = std::mem::take(&mut seq.turn_logprobs);
+        let (loc, tokens, logprobs) = seq.take_turn();
         seq.state = SeqState::Pending {
             at: home,
             since: Instant::now(),
