@@ -122,7 +122,9 @@ impl Decoder {
             let _ = w.take_optional("lm_head.weight", &[vocab, h])?;
             embed.shallow_clone()
         } else {
-            w.take("lm_head.weight", &[vocab, h])?
+            // Co-LLM heads carry `deferral_columns` extra rows after the vocabulary.
+            let rows = vocab + cfg.deferral_columns as i64;
+            w.take("lm_head.weight", &[rows, h])?
         };
         let leftover = w.leftover();
         if !leftover.is_empty() {
@@ -166,7 +168,8 @@ impl Decoder {
     }
 
     /// One forward over a ragged batch. Writes the new tokens' K/V into `kv`
-    /// and returns, per batch item, the last position's logits (`[B, V]`, f32)
+    /// and returns, per batch item, the last position's logits (`[B, V]`, f32;
+    /// `V` is `vocab_size + deferral_columns`)
     /// and final hidden state after the last norm (`[B, H]`).
     pub fn forward(
         &self,

@@ -2,10 +2,15 @@
 //! policy is only its `route` predicate (plus what it reads); the scheduler
 //! is the same for all of them.
 
+pub mod citer;
+pub mod collm;
 pub mod draw;
 pub mod ensemble;
+pub mod handover;
 pub mod live_threshold;
+pub mod r2r;
 pub mod random;
+pub mod router;
 pub mod rstitch;
 pub mod signals;
 pub mod single;
@@ -55,7 +60,7 @@ impl PolicyError {
     }
 }
 
-const KNOWN: &[&str] = &["Random", "RStitch", "ME", "Single"];
+const KNOWN: &[&str] = &["R2R", "CITER", "CoLLM", "Random", "RStitch", "ME", "Single"];
 
 /// Where a policy instance runs.
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +171,11 @@ pub fn build_in(
             kwargs, at, env,
         )?)),
         "ME" | "me" => Ok(Box::new(ensemble::EnsemblePolicy::from_kwargs(kwargs, at)?)),
+        "R2R" | "r2r" => Ok(Box::new(r2r::R2rPolicy::from_kwargs(kwargs, at, env)?)),
+        "CITER" | "citer" => Ok(Box::new(citer::CiterPolicy::from_kwargs(kwargs, at, env)?)),
+        "CoLLM" | "co_llm" | "co-llm" | "collm" => {
+            Ok(Box::new(collm::CoLlmPolicy::from_kwargs(kwargs, at, env)?))
+        }
         "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
         other => Err(PolicyError::Unknown(other.to_string())),
     }

@@ -176,6 +176,10 @@ impl ModelRunner for TchRunner {
     fn kv_ref(&self) -> &KvManager {
         &self.kv
     }
+
+    fn embeddings(&self) -> Option<&tch::Tensor> {
+        Some(self.decoder.embeddings())
+    }
 }
 
 #[cfg(test)]

@@ -711,7 +711,7 @@ impl<R: ModelRunner> Scheduler<R> {
         out: crate::runner::StepOutput,
     ) -> Result<(), crate::error::EngineError> {
         let rows = if out.tokens.is_none() {
-            Some(out.logits_rows()?)
+            Some(out.sample_rows(self.runner.info().vocab_size)?)
         } else {
             None
         };
@@ -762,7 +762,7 @@ impl<R: ModelRunner> Scheduler<R> {
             items: &route_items,
             logits: logits.as_ref(),
             hidden: hidden.as_ref(),
-            embeddings: None,
+            embeddings: self.runner.embeddings(),
         };
         let dests = self.policy.route(&view);
         for (i, item) in route_items.iter().enumerate() {
