@@ -327,6 +327,42 @@ fn large_share(runs: &[Run]) -> f64 {
     large as f64 / all as f64
 }
 
+/// The routing signal of the first generated token of each prompt,
+/// computed outside the group from the small model's own forward: `signal`
+/// gets hidden states, full logits, the embedding matrix and the greedy
+/// tokens. Returns the median, a threshold that splits the prompts.
+fn median_first_signal(
+    small: &str,
+    signal: impl Fn(&Tensor, &Tensor, &Tensor, &[u32]) -> Vec<f32>,
+) -> f64 {
+    use subserver::runner::{ModelRunner, StepBatch, StepItem};
+    let mut r = runner(&fixture().model(small));
+    let vocab = r.info().vocab_size;
+    let mut values = Vec::new();
+    for (i, p) in prompts().into_iter().enumerate() {
+        r.kv().admit(i as u64, &p).unwrap();
+        let out = r
+            .forward(&StepBatch {
+                items: vec![StepItem {
+                    rid: i as u64,
+                    start: 0,
+                    tokens: p,
+                }],
+            })
+            .unwrap();
+        let row = &out.sample_rows(vocab).unwrap()[0];
+        let greedy = (0..row.len()).fold(0, |b, j| if row[j] > row[b] { j } else { b }) as u32;
+        let (logits, hidden) = (out.logits.unwrap(), out.hidden.unwrap());
+        values.extend(signal(&hidden, &logits, r.embeddings().unwrap(), &[greedy]));
+    }
+    values.sort_by(f32::total_cmp);
+    assert!(
+        values[0] < values[values.len() - 1],
+        "the signal does not vary: {values:?}"
+    );
+    values[values.len() / 2] as f64
+}
+
 /// The shared checks: each extreme threshold equals one model alone, a
 /// middle one mixes the two writers deterministically, and every token is
 /// accounted to exactly one model.
@@ -373,38 +409,52 @@ fn check_policy(
 #[test]
 fn r2r_routes_by_the_router_probability() {
     let path = fixture().router("r2r-conv");
+    let mut ck = RouterCheckpoint::open(Path::new(&path), tch::Device::Cpu).unwrap();
+    let net = R2rNet::load(&mut ck).unwrap();
+    let mid = median_first_signal(SMALL, |h, l, emb, toks| {
+        let ids = Tensor::from_slice(&toks.iter().map(|&t| t as i64).collect::<Vec<_>>());
+        Vec::<f32>::try_from(&net.forward(h, &emb.index_select(0, &ids), l).unwrap()).unwrap()
+    });
     check_policy(
         SMALL,
         "R2R",
         |t| serde_json::json!({"router_path": path, "threshold": t}),
         1.0,
         0.0,
-        0.5,
+        mid,
     );
 }
 
 #[test]
 fn citer_routes_low_confidence_tokens() {
     let path = fixture().router("citer-conv");
+    let mut ck = RouterCheckpoint::open(Path::new(&path), tch::Device::Cpu).unwrap();
+    let net = CiterNet::load(&mut ck).unwrap();
+    let mid = median_first_signal(SMALL, |h, _, _, _| {
+        Vec::<f32>::try_from(&net.forward(h).unwrap()).unwrap()
+    });
     check_policy(
         SMALL,
         "CITER",
         |t| serde_json::json!({"router_path": path, "threshold": t}),
         0.0,
         1.0,
-        0.5,
+        mid,
     );
 }
 
 #[test]
 fn co_llm_defers_on_the_extra_head_column() {
+    let mid = median_first_signal(SMALL_COLLM, |_, l, emb, _| {
+        subserver::policy::collm::deferral_scores(l, emb.size()[0]).unwrap()
+    });
     check_policy(
         SMALL_COLLM,
         "CoLLM",
         |t| serde_json::json!({"threshold": t}),
         1.0,
         0.0,
-        0.5,
+        mid,
     );
 }
 

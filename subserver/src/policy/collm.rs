@@ -147,7 +147,10 @@ mod tests {
             .unwrap_err()
             .contains("deferral_columns"));
         assert!(defers(0.5, 0.15) && defers(0.25, 0.15) && !defers(0.125, 0.15));
-        assert!(!defers(0.25, 0.25), "exactly at η the small model keeps the token");
+        assert!(
+            !defers(0.25, 0.25),
+            "exactly at η the small model keeps the token"
+        );
     }
 
     #[test]
