@@ -510,3 +510,65 @@ fn each_policy_is_selectable_from_a_yaml_config() {
         .unwrap();
     assert!(e.to_string().contains("router_path"), "{e}");
 }
+
+#[test]
+fn gen_random_writes_a_co_llm_head() {
+    use subserver::runner::{ModelRunner, StepBatch, StepItem};
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("m");
+    let o = Command::new(common::binary())
+        .args([
+            "gen-random",
+            "--preset",
+            "tiny",
+            "--layers",
+            "1",
+            "--deferral-columns",
+            "1",
+        ])
+        .arg("--tokenizer-dir")
+        .arg(common::cache_dir().join("assets/qwen3-tokenizer"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["deferral_columns"], 1);
+    let mut r = runner(&out);
+    let vocab = r.info().vocab_size;
+    r.kv().admit(1, &[1, 2, 3]).unwrap();
+    let step = r
+        .forward(&StepBatch {
+            items: vec![StepItem {
+                rid: 1,
+                start: 0,
+                tokens: vec![1, 2, 3],
+            }],
+        })
+        .unwrap();
+    assert_eq!(step.logits.as_ref().unwrap().size(), [1, vocab as i64 + 1]);
+    assert_eq!(step.sample_rows(vocab).unwrap()[0].len(), vocab);
+}
+
+#[test]
+fn a_torch_file_as_router_path_points_at_the_converter() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pt = tmp.path().join("router.pt");
+    std::fs::write(&pt, b"x").unwrap();
+    let at = Placement {
+        model: 0,
+        num_models: 2,
+        entry: 0,
+    };
+    for policy in ["R2R", "CITER"] {
+        let e = build(policy, &serde_json::json!({"router_path": pt}), at)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("scheduler_kwargs.router_path") && e.contains("convert-router"),
+            "{e}"
+        );
+    }
+}

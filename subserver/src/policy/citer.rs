@@ -55,6 +55,10 @@ impl CiterPolicy {
         };
         let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
         let net = CiterNet::load(&mut ck).map_err(|e| bad(e.to_string()))?;
+        let unused = ck.weights.leftover();
+        if !unused.is_empty() {
+            tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
+        }
         let threshold = given
             .or(ck.meta.threshold)
             .unwrap_or(DEFAULT_THRESHOLD)

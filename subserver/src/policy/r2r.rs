@@ -59,6 +59,10 @@ impl R2rPolicy {
         };
         let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
         let net = R2rNet::load(&mut ck).map_err(|e| bad(e.to_string()))?;
+        let unused = ck.weights.leftover();
+        if !unused.is_empty() {
+            tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
+        }
         let threshold = match given.or(ck.meta.threshold) {
             Some(t) if (0.0..=1.0).contains(&t) => t,
             Some(t) => {
