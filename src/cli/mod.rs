@@ -2,6 +2,7 @@
 
 pub mod assets;
 pub mod generate;
+pub mod router;
 pub mod sim_bench;
 pub mod std_serving;
 pub mod subserver;
