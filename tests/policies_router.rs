@@ -276,19 +276,7 @@ fn routed(g: &Group, n: usize) -> Vec<Run> {
         .map(|p| g.submit(p, SamplingParams::greedy(n)).1)
         .collect();
     rxs.into_iter()
-        .map(|mut rx| {
-            let (mut toks, mut writers) = (vec![], vec![]);
-            loop {
-                match rx.blocking_recv().expect("stream ended early") {
-                    StreamEvent::Token { token, writer, .. } => {
-                        toks.push(token);
-                        writers.push(writer);
-                    }
-                    StreamEvent::Finished { usage, .. } => return (toks, writers, usage),
-                    StreamEvent::Failed(e) => panic!("request failed: {e}"),
-                }
-            }
-        })
+        .map(|mut rx| common::collect_stream(&mut rx))
         .collect()
 }
 
@@ -510,6 +498,37 @@ fn each_policy_is_selectable_from_a_yaml_config() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("router_path"), "{e}");
+}
+
+#[test]
+fn target_large_share_steers_router_thresholds() {
+    // CITER sends a token large when confidence < τ: a high target must
+    // raise τ, a near-zero target must lower it, live, through the group's cell.
+    let f = fixture();
+    for (target, rises) in [(0.95, true), (0.01, false)] {
+        let yaml = format!(
+            "model:\n  quick: {{path: models/{SMALL}}}\n  reference: {{path: models/{LARGE}}}\n\
+             system: {{entry_model: quick, kv_cache_tokens: 8192}}\n\
+             scheduler_class: CITER\nscheduler_kwargs: {{router_path: routers/citer-conv, threshold: 0.5}}\n\
+             target_large_share: {target}\nbackend: tch\ndevice: cpu\n"
+        );
+        let file = f.root.join(format!("citer-target-{target}.yaml"));
+        std::fs::write(&file, yaml).unwrap();
+        let svc = Service::start(&EngineConfig::from_file(&file).unwrap(), None).unwrap();
+        let rxs: Vec<_> = (0..4)
+            .map(|i| {
+                let mut p = prompts()[i % 3].clone();
+                p.push(100 + i as u32);
+                svc.group().submit(p, SamplingParams::greedy(40)).1
+            })
+            .collect();
+        for mut rx in rxs {
+            let (_, writers, usage) = common::collect_stream(&mut rx);
+            assert_eq!(writers.len(), usage.completion_tokens);
+        }
+        let t = svc.group().stats(0).routing_threshold.expect("steered");
+        assert_eq!(t > 0.5, rises, "target {target}: threshold {t}");
+    }
 }
 
 #[test]
