@@ -27,6 +27,8 @@ enum Command {
     DeriveEarlyExit(cli::assets::DeriveEarlyExitArgs),
     /// Write a random-weight checkpoint of a Qwen3 preset with the real Qwen3 tokenizer.
     GenRandom(cli::assets::GenRandomArgs),
+    /// Convert a torch.save router checkpoint (R2R, CITER) into the directory the policies load.
+    ConvertRouter(cli::router::ConvertRouterArgs),
     /// Measure the routed runtime on the simulated backend (JSON for scripts).
     SimBench(cli::sim_bench::SimBenchArgs),
     /// Serve one model of a group in this process (TCP to the other models).
@@ -54,6 +56,7 @@ fn main() -> std::process::ExitCode {
         Command::ImportGguf(args) => cli::assets::run_import_gguf(args),
         Command::DeriveEarlyExit(args) => cli::assets::run_derive_early_exit(args),
         Command::GenRandom(args) => cli::assets::run_gen_random(args),
+        Command::ConvertRouter(args) => cli::router::run(args),
         Command::SimBench(args) => cli::sim_bench::run(args),
         Command::Subserver(args) => cli::subserver::run(args),
         Command::StdServing(args) => cli::std_serving::run(args),

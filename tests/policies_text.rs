@@ -8,7 +8,7 @@ use std::path::Path;
 
 use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
-use subserver::scheduler::client::{StreamEvent, SubmitOptions, Usage};
+use subserver::scheduler::client::{SubmitOptions, Usage};
 use subserver::service::Service;
 
 fn service(policy: &str, kwargs: &str) -> Service {
@@ -36,17 +36,7 @@ fn run(svc: &Service, prompt: Vec<u32>, n: usize, pin: Option<u16>) -> (Vec<u32>
     let (_, mut rx) =
         svc.group()
             .submit_with(prompt, SamplingParams::greedy(n), SubmitOptions { pin });
-    let (mut toks, mut writers) = (vec![], vec![]);
-    loop {
-        match rx.blocking_recv().expect("stream ended early") {
-            StreamEvent::Token { token, writer, .. } => {
-                toks.push(token);
-                writers.push(writer);
-            }
-            StreamEvent::Finished { usage, .. } => return (toks, writers, usage),
-            StreamEvent::Failed(e) => panic!("request failed: {e}"),
-        }
-    }
+    common::collect_stream(&mut rx)
 }
 
 fn check_accounting(writers: &[u16], usage: &Usage) {

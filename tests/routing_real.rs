@@ -11,7 +11,7 @@ use subserver::policy::{build, Placement};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::sampling::SamplingParams;
-use subserver::scheduler::client::{StreamEvent, Usage};
+use subserver::scheduler::client::Usage;
 use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
 
 const SMALL: &str = "smollm2-135m-l12";
@@ -46,19 +46,7 @@ fn routed(g: &Group, n: usize) -> Vec<(Vec<u32>, Vec<u16>, Usage)> {
         .map(|p| g.submit(p, SamplingParams::greedy(n)).1)
         .collect();
     rxs.into_iter()
-        .map(|mut rx| {
-            let (mut toks, mut writers) = (vec![], vec![]);
-            loop {
-                match rx.blocking_recv().expect("stream ended early") {
-                    StreamEvent::Token { token, writer, .. } => {
-                        toks.push(token);
-                        writers.push(writer);
-                    }
-                    StreamEvent::Finished { usage, .. } => return (toks, writers, usage),
-                    StreamEvent::Failed(e) => panic!("request failed: {e}"),
-                }
-            }
-        })
+        .map(|mut rx| common::collect_stream(&mut rx))
         .collect()
 }
 

@@ -47,6 +47,10 @@ pub struct GenRandomArgs {
     /// Seed of the weights; equal seeds give identical files.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Extra `lm_head` rows after the vocabulary (Co-LLM's deferral score:
+    /// 1). Sets `deferral_columns` in config.json and unties the head.
+    #[arg(long, default_value_t = 0)]
+    pub deferral_columns: usize,
     /// Storage dtype (default: bf16, f32 for `tiny`).
     #[arg(long)]
     pub dtype: Option<StorageDtype>,
@@ -102,6 +106,10 @@ pub fn run_gen_random(a: GenRandomArgs) -> anyhow::Result<()> {
     if let Some(layers) = a.layers {
         anyhow::ensure!(layers > 0, "--layers must be at least 1");
         cfg.num_hidden_layers = layers;
+    }
+    if a.deferral_columns > 0 {
+        cfg.deferral_columns = a.deferral_columns;
+        cfg.tie_word_embeddings = false;
     }
     if a.no_save {
         let device = a.device.parse::<subserver::config::DeviceSpec>()?;

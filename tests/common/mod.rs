@@ -43,3 +43,22 @@ pub fn script(name: &str) -> PathBuf {
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tokenrouter"))
 }
+
+/// Reads one request's events to its end: (tokens, writers, usage). Panics
+/// on a failed request or a stream that ends without an outcome.
+pub fn collect_stream(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<subserver::scheduler::client::StreamEvent>,
+) -> (Vec<u32>, Vec<u16>, subserver::scheduler::client::Usage) {
+    use subserver::scheduler::client::StreamEvent;
+    let (mut toks, mut writers) = (vec![], vec![]);
+    loop {
+        match rx.blocking_recv().expect("stream ended early") {
+            StreamEvent::Token { token, writer, .. } => {
+                toks.push(token);
+                writers.push(writer);
+            }
+            StreamEvent::Finished { usage, .. } => return (toks, writers, usage),
+            StreamEvent::Failed(e) => panic!("request failed: {e}"),
+        }
+    }
+}

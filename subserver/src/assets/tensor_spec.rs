@@ -196,7 +196,7 @@ pub fn tensor_specs(cfg: &ModelConfig) -> Vec<TensorSpec> {
     if !cfg.tie_word_embeddings {
         specs.push(TensorSpec {
             name: "lm_head.weight".into(),
-            shape: vec![cfg.vocab_size, hidden],
+            shape: vec![cfg.vocab_size + cfg.deferral_columns, hidden],
             init: InitKind::Normal { std: 1.0 },
         });
     }

@@ -255,7 +255,7 @@ impl<R: ModelRunner> BatchEngine<R> {
             })
             .collect();
         let out = self.runner.forward(&StepBatch::new(items))?;
-        let rows = out.logits_rows()?;
+        let rows = out.sample_rows(self.runner.info().vocab_size)?;
         let mut events = Vec::new();
         for (&(i, n), logits) in plan.iter().zip(rows) {
             let seq = &mut self.running[i];

@@ -144,6 +144,16 @@ pub struct ModelConfig {
     /// EOS id(s).
     #[serde(default)]
     pub eos_token_id: Option<TokenIds>,
+    /// Extra rows of `lm_head` after the vocabulary (Co-LLM's deferral
+    /// score: `lm_head.weight` is `[vocab_size + deferral_columns, hidden]`).
+    /// They are never sampled; the logits a policy reads keep them. Needs an
+    /// untied head. Default 0 (and not written when 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub deferral_columns: usize,
+}
+
+fn is_zero(v: &usize) -> bool {
+    *v == 0
 }
 
 fn default_rms_eps() -> f64 {
@@ -243,6 +253,13 @@ impl ModelConfig {
                 self.hidden_act
             ));
         }
+        if self.deferral_columns > 0 && self.tie_word_embeddings {
+            return Err(format!(
+                "config.json: deferral_columns ({}) needs an untied lm_head \
+                 (tie_word_embeddings: false)",
+                self.deferral_columns
+            ));
+        }
         Ok(())
     }
 }
@@ -250,6 +267,21 @@ impl ModelConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deferral_columns_default_to_zero_and_need_an_untied_head() {
+        let cfg: ModelConfig = serde_json::from_value(base()).unwrap();
+        assert_eq!(cfg.deferral_columns, 0);
+        assert!(!serde_json::to_string(&cfg).unwrap().contains("deferral"));
+        let mut v = base();
+        v["deferral_columns"] = 1.into();
+        let cfg: ModelConfig = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(cfg.deferral_columns, 1);
+        cfg.validate().unwrap();
+        v["tie_word_embeddings"] = true.into();
+        let cfg: ModelConfig = serde_json::from_value(v).unwrap();
+        assert!(cfg.validate().unwrap_err().contains("untied"));
+    }
 
     fn base() -> serde_json::Value {
         serde_json::json!({

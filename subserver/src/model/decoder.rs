@@ -122,7 +122,9 @@ impl Decoder {
             let _ = w.take_optional("lm_head.weight", &[vocab, h])?;
             embed.shallow_clone()
         } else {
-            w.take("lm_head.weight", &[vocab, h])?
+            // Co-LLM heads carry `deferral_columns` extra rows after the vocabulary.
+            let rows = vocab + cfg.deferral_columns as i64;
+            w.take("lm_head.weight", &[rows, h])?
         };
         let leftover = w.leftover();
         if !leftover.is_empty() {
@@ -166,10 +168,11 @@ impl Decoder {
     }
 
     /// One forward over a ragged batch. Writes the new tokens' K/V into `kv`
-    /// and returns, per batch item, the last position's logits (`[B, V]`, f32)
-    /// and final hidden state after the last norm (`[B, H]`), plus, when
-    /// `entropy_rows` (`[N]` rows of the `[T]` new tokens) is given, the
-    /// normalized next-token entropy at each of those rows (`[N]`, on the CPU).
+    /// and returns, per batch item, the last position's logits (`[B, V]`, f32;
+    /// `V` is `vocab_size + deferral_columns`) and final hidden state after
+    /// the last norm (`[B, H]`), plus, when `entropy_rows` (`[N]` rows of the
+    /// `[T]` new tokens) is given, the normalized next-token entropy at each
+    /// of those rows (`[N]`, on the CPU).
     pub fn forward(
         &self,
         layout: &BatchLayout,
@@ -215,7 +218,12 @@ impl Decoder {
         let entropies = match entropy_rows {
             Some(rows) => {
                 let h = rms_norm(&x.f_index_select(0, rows)?, &self.norm, eps)?;
-                let logits = h.f_linear::<Tensor>(&self.lm_head, None)?;
+                // Over the vocabulary only (not a deferral column).
+                let logits = h.f_linear::<Tensor>(&self.lm_head, None)?.f_narrow(
+                    1,
+                    0,
+                    self.cfg.vocab_size as i64,
+                )?;
                 Some(crate::policy::signals::normalized_entropy_rows(&logits)?)
             }
             None => None,

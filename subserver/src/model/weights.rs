@@ -114,6 +114,12 @@ impl Weights {
         }
     }
 
+    /// The shape of `name`, when present (checkpoints whose widths are
+    /// read off the tensors, such as routers).
+    pub fn shape(&self, name: &str) -> Option<Vec<i64>> {
+        self.tensors.get(name).map(Tensor::size)
+    }
+
     /// Names not consumed by the architecture (reported as a warning).
     pub fn leftover(&self) -> Vec<String> {
         let mut names: Vec<String> = self.tensors.keys().cloned().collect();

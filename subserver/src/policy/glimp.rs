@@ -194,12 +194,10 @@ impl RoutingPolicy for GlimpRouterPolicy {
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        Some(ThresholdKnob {
-            cell: self.threshold.clone(),
-            direction: ShareDirection::FallsWithThreshold,
-            min: 0.0,
-            max: 1.0,
-        })
+        Some(ThresholdKnob::unit(
+            self.threshold.clone(),
+            ShareDirection::FallsWithThreshold,
+        ))
     }
 }
 

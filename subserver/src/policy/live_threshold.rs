@@ -53,6 +53,18 @@ pub struct ThresholdKnob {
     pub max: f64,
 }
 
+impl ThresholdKnob {
+    /// A knob over [0, 1] (a probability or a normalized entropy).
+    pub fn unit(cell: LiveThreshold, direction: ShareDirection) -> Self {
+        Self {
+            cell,
+            direction,
+            min: 0.0,
+            max: 1.0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

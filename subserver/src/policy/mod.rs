@@ -2,12 +2,17 @@
 //! policy is only its `route` predicate (plus what it reads); the scheduler
 //! is the same for all of them.
 
+pub mod citer;
+pub mod collm;
 pub mod draw;
 pub mod ensemble;
 pub mod glimp;
+pub mod handover;
 pub mod live_threshold;
 pub mod query_level;
+pub mod r2r;
 pub mod random;
+pub mod router;
 pub mod rstitch;
 pub mod signals;
 pub mod single;
@@ -59,6 +64,9 @@ impl PolicyError {
 }
 
 const KNOWN: &[&str] = &[
+    "R2R",
+    "CITER",
+    "CoLLM",
     "Random",
     "RStitch",
     "ME",
@@ -182,6 +190,11 @@ pub fn build_in(
         "QueryLevel" | "query_level" | "query-level" | "querylevel" => Ok(Box::new(
             query_level::QueryLevelPolicy::from_kwargs(kwargs, at, env)?,
         )),
+        "R2R" | "r2r" => Ok(Box::new(r2r::R2rPolicy::from_kwargs(kwargs, at, env)?)),
+        "CITER" | "citer" => Ok(Box::new(citer::CiterPolicy::from_kwargs(kwargs, at, env)?)),
+        "CoLLM" | "co_llm" | "co-llm" | "collm" => {
+            Ok(Box::new(collm::CoLlmPolicy::from_kwargs(kwargs, at, env)?))
+        }
         "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
         other => Err(PolicyError::Unknown(other.to_string())),
     }

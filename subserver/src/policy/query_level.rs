@@ -97,12 +97,9 @@ impl RoutingPolicy for QueryLevelPolicy {
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        self.entropy_threshold.as_ref().map(|cell| ThresholdKnob {
-            cell: cell.clone(),
-            direction: ShareDirection::FallsWithThreshold,
-            min: 0.0,
-            max: 1.0,
-        })
+        self.entropy_threshold
+            .as_ref()
+            .map(|cell| ThresholdKnob::unit(cell.clone(), ShareDirection::FallsWithThreshold))
     }
 }
 

@@ -92,11 +92,9 @@ impl RoutingPolicy for RandomPolicy {
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        Some(ThresholdKnob {
-            cell: self.probability.clone(),
-            direction: ShareDirection::RisesWithThreshold,
-            min: 0.0,
-            max: 1.0,
-        })
+        Some(ThresholdKnob::unit(
+            self.probability.clone(),
+            ShareDirection::RisesWithThreshold,
+        ))
     }
 }

@@ -78,12 +78,10 @@ impl RoutingPolicy for RStitchPolicy {
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        Some(ThresholdKnob {
-            cell: self.threshold.clone(),
-            direction: ShareDirection::FallsWithThreshold,
-            min: 0.0,
-            max: 1.0,
-        })
+        Some(ThresholdKnob::unit(
+            self.threshold.clone(),
+            ShareDirection::FallsWithThreshold,
+        ))
     }
 }
 

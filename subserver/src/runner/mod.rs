@@ -77,6 +77,17 @@ impl StepOutput {
         let flat: Vec<f32> = Vec::<f32>::try_from(&cpu.f_flatten(0, -1)?)?;
         Ok((0..b).map(|i| flat[i * v..(i + 1) * v].to_vec()).collect())
     }
+
+    /// The rows the sampler draws from: the first `vocab` columns of each
+    /// row. A head may be wider than the vocabulary (Co-LLM's deferral
+    /// column); those extra columns are never sampled.
+    pub fn sample_rows(&self, vocab: usize) -> Result<Vec<Vec<f32>>, EngineError> {
+        let mut rows = self.logits_rows()?;
+        for row in &mut rows {
+            row.truncate(vocab);
+        }
+        Ok(rows)
+    }
 }
 
 /// Static facts about a loaded model that schedulers and samplers need.
@@ -84,7 +95,10 @@ impl StepOutput {
 pub struct RunnerInfo {
     /// A display name (directory name).
     pub name: String,
-    /// Vocabulary size of the head.
+    /// Vocabulary size: the token ids that can be fed and sampled. The
+    /// logits may carry extra columns after these (a Co-LLM deferral
+    /// column, `deferral_columns` in config.json); samplers use
+    /// [`StepOutput::sample_rows`] with this width, policies see the full head.
     pub vocab_size: usize,
     /// Hidden size.
     pub hidden_size: usize,
@@ -109,6 +123,11 @@ pub trait ModelRunner: Send {
     fn kv(&mut self) -> &mut KvManager;
     /// Read-only view of the KV bookkeeping.
     fn kv_ref(&self) -> &KvManager;
+    /// The token embedding matrix `[vocab, hidden]` on the runner's device,
+    /// for routers that embed the sampled token (none on the simulated backend).
+    fn embeddings(&self) -> Option<&Tensor> {
+        None
+    }
 }
 
 impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
@@ -123,5 +142,8 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
     }
     fn kv_ref(&self) -> &KvManager {
         (**self).kv_ref()
+    }
+    fn embeddings(&self) -> Option<&Tensor> {
+        (**self).embeddings()
     }
 }

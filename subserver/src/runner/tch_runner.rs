@@ -205,6 +205,10 @@ impl ModelRunner for TchRunner {
     fn kv_ref(&self) -> &KvManager {
         &self.kv
     }
+
+    fn embeddings(&self) -> Option<&tch::Tensor> {
+        Some(self.decoder.embeddings())
+    }
 }
 
 #[cfg(test)]

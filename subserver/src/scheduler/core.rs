@@ -847,7 +847,7 @@ impl<R: ModelRunner> Scheduler<R> {
         entropy_rows: &[usize],
     ) -> Result<(), crate::error::EngineError> {
         let rows = if out.tokens.is_none() {
-            Some(out.logits_rows()?)
+            Some(out.sample_rows(self.runner.info().vocab_size)?)
         } else {
             None
         };
@@ -921,7 +921,7 @@ impl<R: ModelRunner> Scheduler<R> {
             items: &route_items,
             logits: logits.as_ref(),
             hidden: hidden.as_ref(),
-            embeddings: None,
+            embeddings: self.runner.embeddings(),
         };
         let dests = self.policy.route(&view);
         for ((i, item), lp) in route_items.iter().enumerate().zip(route_logprobs) {
@@ -1062,10 +1062,7 @@ impl<R: ModelRunner> Scheduler<R> {
             return;
         };
         let home = seq.home;
-        let loc = seq.turn_start;
-        let tokens = seq.tokens[loc..].to_vec();
-        let logprobs = std::mem::take(&mut seq.turn_logprobs);
-        seq.turn_start = seq.tokens.len();
+        let (loc, tokens, logprobs) = seq.take_turn();
         let msg = PeerMsg::Progress {
             rid,
             from: me,
@@ -1198,9 +1195,7 @@ impl<R: ModelRunner> Scheduler<R> {
             return;
         };
         let home = seq.home;
-        let loc = seq.turn_start;
-        let tokens = seq.tokens[loc..].to_vec();
-        let logprobs = std::mem::take(&mut seq.turn_logprobs);
+        let (loc, tokens, logprobs) = seq.take_turn();
         seq.state = SeqState::Pending {
             at: home,
             since: Instant::now(),

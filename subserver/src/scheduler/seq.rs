@@ -138,6 +138,15 @@ impl Seq {
         self.tokens.len() - self.computed
     }
 
+    /// Takes what this model wrote since `turn_start` (or the last
+    /// progress): `(loc, tokens, logprobs)`; the turn then starts after it.
+    pub fn take_turn(&mut self) -> (usize, Vec<u32>, Vec<TokenLogprobs>) {
+        let loc = self.turn_start;
+        let tokens = self.tokens[loc..].to_vec();
+        self.turn_start = self.tokens.len();
+        (loc, tokens, std::mem::take(&mut self.turn_logprobs))
+    }
+
     /// True at the home model.
     pub fn is_home(&self) -> bool {
         self.home_state.is_some()

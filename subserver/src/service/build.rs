@@ -30,7 +30,7 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
         .collect()
 }
 
-/// `target_large_share` needs a policy with a threshold to steer.
+/// `target_large_share` needs the entry's policy to have a threshold to steer.
 fn check_steerable(cfg: &EngineConfig, spec: &MemberSpec) -> Result<(), ServiceError> {
     match (cfg.target_large_share(), spec.policy.knob()) {
         (Some(_), None) => Err(ServiceError::Unsupported(format!(
@@ -75,7 +75,10 @@ pub fn member(
             .map(<[usize]>::to_vec)
             .unwrap_or_else(|| vec![1]),
     };
-    check_steerable(cfg, &member)?;
+    if i == entry {
+        // The controller runs where tokens are committed: the entry.
+        check_steerable(cfg, &member)?;
+    }
     Ok(member)
 }
 

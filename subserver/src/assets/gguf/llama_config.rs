@@ -94,6 +94,7 @@ pub fn llama_config(
         torch_dtype: Some(dtype.torch_name().to_string()),
         bos_token_id: h.opt_u64("tokenizer.ggml.bos_token_id")?.map(|v| v as u32),
         eos_token_id: eos,
+        deferral_columns: 0,
     };
     cfg.validate().map_err(AssetError::UnsupportedModel)?;
     Ok(cfg)

@@ -99,6 +99,7 @@ impl Preset {
             torch_dtype: Some(dtype.torch_name().to_string()),
             bos_token_id: Some(QWEN3_ENDOFTEXT),
             eos_token_id: Some(TokenIds::One(QWEN3_IM_END)),
+            deferral_columns: 0,
         }
     }
 }

@@ -1,0 +1,177 @@
+//! CITER: a trained router reads the small model's final hidden state and
+//! outputs a confidence that its token is good enough. Below the bar τ
+//! (default 0.98, the paper's setting) the token is dropped and the large
+//! model writes that position (one token, then it hands back).
+
+use crate::peer::message::ModelIdx;
+use crate::policy::handover::{
+    entry_dests, guest_dests, other_model, report_once, router_path_kwarg, threshold_kwarg,
+};
+use crate::policy::router::citer_net::CiterNet;
+use crate::policy::router::RouterCheckpoint;
+use crate::policy::{
+    LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
+};
+use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+
+/// τ when neither the kwargs nor the checkpoint give one.
+pub const DEFAULT_THRESHOLD: f64 = 0.98;
+
+/// `scheduler_kwargs`: `router_path` (required, a directory from
+/// `tokenrouter convert-router`) and `threshold` (τ; default the
+/// checkpoint's threshold, else 0.98).
+pub struct CiterPolicy {
+    entry: Option<Entry>,
+}
+
+struct Entry {
+    net: CiterNet,
+    threshold: LiveThreshold,
+    large: ModelIdx,
+    reported: bool,
+}
+
+/// The predicate: a confidence below τ goes to the large model.
+pub fn defers(confidence: f32, threshold: f64) -> bool {
+    (confidence as f64) < threshold
+}
+
+impl CiterPolicy {
+    /// Reads the kwargs; the entry model's instance loads the router on `env.device`.
+    pub fn from_kwargs(
+        kwargs: &serde_json::Value,
+        at: Placement,
+        env: &PolicyEnv,
+    ) -> Result<Self, PolicyError> {
+        let large = other_model("CITER", at)?;
+        let path = env.resolve(router_path_kwarg(kwargs)?);
+        let given = threshold_kwarg(kwargs, "a confidence bar")?;
+        if at.model != at.entry {
+            return Ok(Self { entry: None });
+        }
+        let bad = |reason: String| PolicyError::BadKwarg {
+            key: "router_path".into(),
+            reason,
+        };
+        let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
+        let net = CiterNet::load(&mut ck).map_err(|e| bad(e.to_string()))?;
+        let unused = ck.weights.leftover();
+        if !unused.is_empty() {
+            tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
+        }
+        let threshold = given
+            .or(ck.meta.threshold)
+            .unwrap_or(DEFAULT_THRESHOLD)
+            .clamp(0.0, 1.0);
+        tracing::info!(router = %path.display(), hidden = net.hidden_size(), threshold, "CITER router loaded");
+        Ok(Self {
+            entry: Some(Entry {
+                net,
+                threshold: env.live_threshold(threshold),
+                large,
+                reported: false,
+            }),
+        })
+    }
+}
+
+impl Entry {
+    fn confidences(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+        let Some(hidden) = view.hidden else {
+            return Err("the backend gives no hidden states".into());
+        };
+        let h = hidden.size()[1];
+        if h != self.net.hidden_size() {
+            return Err(format!(
+                "the router reads hidden states {} wide, the model has {h}",
+                self.net.hidden_size()
+            ));
+        }
+        self.net
+            .forward(hidden)
+            .and_then(|c| Vec::<f32>::try_from(&c.f_to_device(tch::Device::Cpu)?))
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl RoutingPolicy for CiterPolicy {
+    fn name(&self) -> &'static str {
+        "CITER"
+    }
+
+    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
+        let Some(entry) = self.entry.as_mut() else {
+            return guest_dests(view);
+        };
+        match entry.confidences(view) {
+            Ok(c) => {
+                let t = entry.threshold.get();
+                let fire: Vec<bool> = c.iter().map(|&c| defers(c, t)).collect();
+                entry_dests(&fire, entry.large)
+            }
+            Err(reason) => {
+                report_once(&mut entry.reported, "CITER", &reason);
+                vec![Dest::Stay; view.items.len()]
+            }
+        }
+    }
+
+    fn knob(&self) -> Option<ThresholdKnob> {
+        self.entry
+            .as_ref()
+            .map(|e| ThresholdKnob::unit(e.threshold.clone(), ShareDirection::RisesWithThreshold))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn low_confidence_defers_and_the_bar_is_strict() {
+        assert!(defers(0.97, 0.98));
+        assert!(
+            !defers(0.98, 0.98),
+            "exactly at τ the small model keeps the token"
+        );
+        assert!(!defers(0.99, 0.98));
+        assert!(!defers(0.0, 0.0), "τ = 0 never defers");
+        assert!(defers(0.999_999, 1.0));
+    }
+
+    #[test]
+    fn kwargs_errors_name_the_key() {
+        let at = Placement {
+            model: 0,
+            num_models: 2,
+            entry: 0,
+        };
+        let env = PolicyEnv::default();
+        let e = CiterPolicy::from_kwargs(&serde_json::json!({"threshold": 0.9}), at, &env)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("scheduler_kwargs.router_path"),
+            "{e}"
+        );
+        let e = CiterPolicy::from_kwargs(
+            &serde_json::json!({"router_path": "x", "threshold": -0.1}),
+            at,
+            &env,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("scheduler_kwargs.threshold"), "{e}");
+        let dir = std::env::temp_dir().join(format!("citer-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = CiterPolicy::from_kwargs(
+            &serde_json::json!({"router_path": dir.to_str().unwrap()}),
+            at,
+            &env,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("router.json"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,257 @@
+//! R2R (Roads to Rome): after each small-model token a trained router reads
+//! the small model's final hidden state, the embedding of the sampled token
+//! and the top-100 logits, and predicts whether the small model diverges
+//! from the large one. When the probability is at least the threshold the
+//! small model's token is dropped and the large model writes that position
+//! (one token, then it hands back).
+
+use tch::Tensor;
+
+use crate::peer::message::ModelIdx;
+use crate::policy::handover::{
+    entry_dests, guest_dests, other_model, report_once, router_path_kwarg, threshold_kwarg,
+};
+use crate::policy::router::r2r_net::R2rNet;
+use crate::policy::router::RouterCheckpoint;
+use crate::policy::{
+    LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
+};
+use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+
+/// `scheduler_kwargs` (as in the official code): `router_path` (required, a
+/// directory from `tokenrouter convert-router`, relative paths against the
+/// config file) and `threshold` (default: the checkpoint's
+/// `common_args.threshold`).
+pub struct R2rPolicy {
+    entry: Option<Entry>,
+}
+
+/// The entry model's side: the router and its bar.
+struct Entry {
+    net: R2rNet,
+    threshold: LiveThreshold,
+    large: ModelIdx,
+    reported: bool,
+}
+
+/// The predicate: a probability at or above the threshold goes to the large model.
+pub fn diverges(probability: f32, threshold: f64) -> bool {
+    probability as f64 >= threshold
+}
+
+impl R2rPolicy {
+    /// Reads the kwargs; the entry model's instance loads the router on `env.device`.
+    pub fn from_kwargs(
+        kwargs: &serde_json::Value,
+        at: Placement,
+        env: &PolicyEnv,
+    ) -> Result<Self, PolicyError> {
+        let large = other_model("R2R", at)?;
+        let path = env.resolve(router_path_kwarg(kwargs)?);
+        let given = threshold_kwarg(kwargs, "a router probability bar")?;
+        if at.model != at.entry {
+            // The large model only writes the token it is handed; no router here.
+            return Ok(Self { entry: None });
+        }
+        let bad = |reason: String| PolicyError::BadKwarg {
+            key: "router_path".into(),
+            reason,
+        };
+        let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
+        let net = R2rNet::load(&mut ck).map_err(|e| bad(e.to_string()))?;
+        let unused = ck.weights.leftover();
+        if !unused.is_empty() {
+            tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
+        }
+        let threshold = match given.or(ck.meta.threshold) {
+            Some(t) if (0.0..=1.0).contains(&t) => t,
+            Some(t) => {
+                return Err(PolicyError::BadKwarg {
+                    key: "threshold".into(),
+                    reason: format!("the checkpoint's threshold {t} is outside [0, 1]; pass one"),
+                })
+            }
+            None => {
+                return Err(PolicyError::BadKwarg {
+                    key: "threshold".into(),
+                    reason: format!(
+                        "{} records no threshold (common_args.threshold); pass one",
+                        path.display()
+                    ),
+                })
+            }
+        };
+        tracing::info!(
+            router = %path.display(),
+            hidden = net.hidden_size(),
+            top_k = net.top_k(),
+            blocks = net.num_blocks(),
+            threshold,
+            "R2R router loaded"
+        );
+        Ok(Self {
+            entry: Some(Entry {
+                net,
+                threshold: env.live_threshold(threshold),
+                large,
+                reported: false,
+            }),
+        })
+    }
+}
+
+impl Entry {
+    fn probabilities(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+        let (Some(logits), Some(hidden), Some(emb)) = (view.logits, view.hidden, view.embeddings)
+        else {
+            return Err("the backend gives no logits, hidden states or embeddings".into());
+        };
+        let (h, e) = (hidden.size()[1], emb.size()[1]);
+        if h != self.net.hidden_size() || e != self.net.embed_size() {
+            return Err(format!(
+                "the router reads hidden {} / embedding {} wide, the model has {h} / {e}",
+                self.net.hidden_size(),
+                self.net.embed_size()
+            ));
+        }
+        let run = || -> Result<Vec<f32>, tch::TchError> {
+            let ids: Vec<i64> = view.items.iter().map(|i| i.token as i64).collect();
+            let ids = Tensor::f_from_slice(&ids)?.f_to_device(emb.device())?;
+            let token_emb = emb.f_index_select(0, &ids)?;
+            let p = self.net.forward(hidden, &token_emb, logits)?;
+            Vec::<f32>::try_from(&p.f_to_device(tch::Device::Cpu)?)
+        };
+        run().map_err(|e| e.to_string())
+    }
+}
+
+impl RoutingPolicy for R2rPolicy {
+    fn name(&self) -> &'static str {
+        "R2R"
+    }
+
+    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
+        let Some(entry) = self.entry.as_mut() else {
+            return guest_dests(view);
+        };
+        match entry.probabilities(view) {
+            Ok(p) => {
+                let t = entry.threshold.get();
+                let fire: Vec<bool> = p.iter().map(|&p| diverges(p, t)).collect();
+                entry_dests(&fire, entry.large)
+            }
+            Err(reason) => {
+                report_once(&mut entry.reported, "R2R", &reason);
+                vec![Dest::Stay; view.items.len()]
+            }
+        }
+    }
+
+    fn knob(&self) -> Option<ThresholdKnob> {
+        self.entry
+            .as_ref()
+            .map(|e| ThresholdKnob::unit(e.threshold.clone(), ShareDirection::FallsWithThreshold))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bar_is_inclusive() {
+        assert!(diverges(0.5, 0.5));
+        assert!(diverges(0.51, 0.5));
+        assert!(!diverges(0.49, 0.5));
+        assert!(diverges(0.0, 0.0), "threshold 0 sends every token");
+        assert!(!diverges(0.999, 1.0));
+    }
+
+    #[test]
+    fn kwargs_errors_name_the_key() {
+        let at = Placement {
+            model: 0,
+            num_models: 2,
+            entry: 0,
+        };
+        let env = PolicyEnv::default();
+        let e = R2rPolicy::from_kwargs(&serde_json::json!({}), at, &env)
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("scheduler_kwargs.router_path"),
+            "{e}"
+        );
+        let e = R2rPolicy::from_kwargs(&serde_json::json!({"router_path": 3}), at, &env)
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("expected a path string"), "{e}");
+        let e = R2rPolicy::from_kwargs(
+            &serde_json::json!({"router_path": "/nonexistent/router"}),
+            at,
+            &env,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.to_string().contains("router.json") && e.to_string().contains("convert-router"),
+            "{e}"
+        );
+        let e = R2rPolicy::from_kwargs(
+            &serde_json::json!({"router_path": "r", "threshold": 1.5}),
+            at,
+            &env,
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains("scheduler_kwargs.threshold"), "{e}");
+        let three = Placement {
+            num_models: 3,
+            ..at
+        };
+        assert!(matches!(
+            R2rPolicy::from_kwargs(&serde_json::json!({"router_path": "r"}), three, &env),
+            Err(PolicyError::ModelCount { .. })
+        ));
+    }
+
+    #[test]
+    fn the_large_model_hands_every_token_back() {
+        let at = Placement {
+            model: 1,
+            num_models: 2,
+            entry: 0,
+        };
+        let mut p = R2rPolicy::from_kwargs(
+            &serde_json::json!({"router_path": "not/loaded/on/the/large/side"}),
+            at,
+            &PolicyEnv::default(),
+        )
+        .unwrap();
+        assert!(p.knob().is_none());
+        let items = [crate::scheduler::policy::RouteItem {
+            rid: 7,
+            home: 0,
+            token: 5,
+            position: 3,
+            written_this_turn: 0,
+            seed: 0,
+            prompt_entropy: None,
+        }];
+        let view = StepView {
+            model: 1,
+            num_models: 2,
+            items: &items,
+            logits: None,
+            hidden: None,
+            embeddings: None,
+        };
+        assert_eq!(
+            p.route(&view),
+            vec![Dest::Peer {
+                to: 0,
+                keep_token: true
+            }]
+        );
+    }
+}
