@@ -52,6 +52,9 @@ protocol)
   req not_an_object 400 POST /v1/completions "${JSON[@]}" -d '[1,2,3]'
   head -c 2000000 /dev/zero | tr '\0' 'a' > "$TMP/huge"
   req huge_body 413 POST /v1/completions "${JSON[@]}" --data-binary "@$TMP/huge"
+  req huge_chunked_body 413 POST /v1/completions "${JSON[@]}" -H 'transfer-encoding: chunked' --data-binary "@$TMP/huge"
+  req small_chunked_body 200 POST /v1/completions "${JSON[@]}" -H 'transfer-encoding: chunked' \
+    -d '{"model":"tokenrouter","prompt":"x","max_tokens":2}'
   req absurd_number 400 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","temperature":1e999}'
   req wrong_type 400 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","max_tokens":"many"}'
   has wrong_type_names_field 'max_tokens'

@@ -26,7 +26,9 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         let gw = gw.clone();
         warp::any().map(move || gw.clone())
     };
-    let body = warp::body::content_length_limit(limit).and(warp::body::bytes());
+    let body = warp::header::optional::<u64>("content-length")
+        .and(warp::body::stream())
+        .and_then(move |len, stream| read_limited(len, stream, limit));
     // Path before method: a known path with the wrong method is a 405,
     // an unknown path a 404.
     let post = |path: &'static str| {
@@ -122,9 +124,53 @@ pub fn fail(gw: &Gateway, route: &str, e: ApiError) -> Response {
     count(gw, route, e.response())
 }
 
+/// The body was larger than `gateway.max_body_bytes`.
+#[derive(Debug)]
+struct BodyTooLarge;
+impl warp::reject::Reject for BodyTooLarge {}
+
+/// The body could not be read (the client went away mid-body).
+#[derive(Debug)]
+struct BodyUnreadable;
+impl warp::reject::Reject for BodyUnreadable {}
+
+/// Reads a body of at most `limit` bytes, with or without `Content-Length`
+/// (chunked bodies are counted as they arrive).
+async fn read_limited<S, B>(len: Option<u64>, stream: S, limit: u64) -> Result<Bytes, Rejection>
+where
+    S: futures_util::Stream<Item = Result<B, warp::Error>> + Send,
+    B: bytes::Buf,
+{
+    use futures_util::StreamExt;
+    if len.is_some_and(|l| l > limit) {
+        return Err(warp::reject::custom(BodyTooLarge));
+    }
+    let mut out = bytes::BytesMut::new();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(piece) = stream.next().await {
+        let mut piece = piece.map_err(|_| warp::reject::custom(BodyUnreadable))?;
+        if (out.len() + piece.remaining()) as u64 > limit {
+            return Err(warp::reject::custom(BodyTooLarge));
+        }
+        while piece.has_remaining() {
+            let chunk = piece.chunk();
+            let n = chunk.len();
+            out.extend_from_slice(chunk);
+            piece.advance(n);
+        }
+    }
+    Ok(out.freeze())
+}
+
 async fn recover(gw: Arc<Gateway>, r: Rejection) -> Result<Response, Infallible> {
     let e = if r.is_not_found() {
         ApiError::NotFound("no such route".into())
+    } else if r.find::<BodyTooLarge>().is_some() {
+        ApiError::PayloadTooLarge(gw.options.max_body_bytes)
+    } else if r.find::<BodyUnreadable>().is_some() {
+        ApiError::BadJson("the body could not be read".into())
+    } else if r.find::<warp::reject::InvalidHeader>().is_some() {
+        ApiError::BadJson("a header is malformed (Content-Length?)".into())
     } else if r.find::<warp::reject::PayloadTooLarge>().is_some() {
         ApiError::PayloadTooLarge(gw.options.max_body_bytes)
     } else if r.find::<warp::reject::LengthRequired>().is_some() {
