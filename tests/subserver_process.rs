@@ -122,6 +122,29 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
         large += usage.tokens_by_model[1];
     }
     assert!(large > 0, "no token was written by the other process");
+    // Once idle, both processes report zero active requests: the entry
+    // counts its own, the reference hears the count with each release.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = get(admin, "/metrics").unwrap();
+        let idle = metrics
+            .lines()
+            .any(|l| l == "tokenrouter:active_concurrency{model=\"reference\"} 0");
+        if idle && entry.member().stats().active == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still active: entry {}, reference metrics:\n{}",
+            entry.member().stats().active,
+            metrics
+                .lines()
+                .filter(|l| l.contains("active_concurrency"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let metrics = get(admin, "/metrics").unwrap();
     let steps: f64 = metrics
         .lines()

@@ -251,7 +251,11 @@ mod tests {
                 tokens: vec![7, 8],
                 logprobs: vec![lp],
             },
-            PeerMsg::Release { rid: 42, from: 1 },
+            PeerMsg::Release {
+                rid: 42,
+                from: 1,
+                n_active: 3,
+            },
             PeerMsg::Failed {
                 rid: 43,
                 from: u16::MAX,

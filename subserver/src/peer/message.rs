@@ -79,6 +79,9 @@ pub enum PeerMsg {
         rid: Rid,
         /// Sender.
         from: ModelIdx,
+        /// Active requests in the group after this one ended (peers size
+        /// delayed batching and report concurrency with it).
+        n_active: u32,
     },
     /// The sender could not serve the request (error at the peer): the home
     /// fails it or falls back to its own model.

@@ -256,7 +256,10 @@ impl<R: ModelRunner> Scheduler<R> {
                         tokens,
                         logprobs,
                     } => self.on_progress(rid, from, loc as usize, &tokens, logprobs),
-                    PeerMsg::Release { rid, .. } => self.on_release(rid),
+                    PeerMsg::Release { rid, n_active, .. } => {
+                        self.reported_active = n_active as usize;
+                        self.on_release(rid)
+                    }
                     PeerMsg::Failed { rid, from, reason } => self.on_peer_failed(rid, from, reason),
                 }
             }
@@ -392,7 +395,11 @@ impl<R: ModelRunner> Scheduler<R> {
     }
 
     fn on_peer_req(&mut self, req: PeerReq) {
-        self.reported_active = req.n_active as usize;
+        // Only a request's home knows the group's load; a guest's figure
+        // is second-hand and goes stale once the group is idle.
+        if !self.seqs.get(&req.rid).is_some_and(Seq::is_home) {
+            self.reported_active = req.n_active as usize;
+        }
         match self.seqs.get(&req.rid).map(|s| s.is_home()) {
             Some(true) => self.on_pen_returned(req),
             Some(false) => {
@@ -1244,12 +1251,15 @@ impl<R: ModelRunner> Scheduler<R> {
             .filter(|&(m, &h)| h > 0 && m != self.me() as usize)
             .map(|(m, _)| m as ModelIdx)
             .collect();
+        // This request is still counted here; peers hear the count after it.
+        let n_active = self.n_active().saturating_sub(1) as u32;
         for m in holders {
             self.send(
                 m,
                 PeerMsg::Release {
                     rid: seq.rid,
                     from: self.me(),
+                    n_active,
                 },
             );
         }

@@ -56,7 +56,11 @@ fn msg(from: ModelIdx, to: ModelIdx, i: u64) -> PeerMsg {
             meta: None,
             logprobs: vec![],
         }),
-        1 => PeerMsg::Release { rid: i, from },
+        1 => PeerMsg::Release {
+            rid: i,
+            from,
+            n_active: (i % 5) as u32,
+        },
         _ => PeerMsg::Failed {
             rid: i,
             from,
@@ -450,6 +454,7 @@ fn release_follows_the_hand_overs_before_it() {
         let release = PeerMsg::Release {
             rid: rid * 3,
             from: 0,
+            n_active: 1,
         };
         a.send(1, release.clone()).unwrap();
         sent.push(release);
