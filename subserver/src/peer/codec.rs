@@ -349,7 +349,7 @@ mod tests {
             vec![9u8, 1, 2, 3],
             b"GET / HTTP/1.1\r\n\r\n".to_vec(),
             // Failed (rid 5, from 1) whose reason claims 2 GiB of text.
-            vec![2, 5, 1, 0xfc, 0xff, 0xff, 0xff, 0x7f],
+            vec![3, 5, 1, 0xfc, 0xff, 0xff, 0xff, 0x7f],
         ] {
             assert!(
                 matches!(decode_msg(&garbage), Err(TransportError::Codec(_))),
