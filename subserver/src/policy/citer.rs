@@ -3,15 +3,12 @@
 //! (default 0.98, the paper's setting) the token is dropped and the large
 //! model writes that position (one token, then it hands back).
 
-use crate::peer::message::ModelIdx;
 use crate::policy::handover::{
-    entry_dests, guest_dests, other_model, report_once, router_path_kwarg, threshold_kwarg,
+    guest_dests, other_model, router_path_kwarg, threshold_kwarg, HandoverBar,
 };
 use crate::policy::router::citer_net::CiterNet;
 use crate::policy::router::RouterCheckpoint;
-use crate::policy::{
-    LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
-};
+use crate::policy::{Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// τ when neither the kwargs nor the checkpoint give one.
@@ -26,9 +23,7 @@ pub struct CiterPolicy {
 
 struct Entry {
     net: CiterNet,
-    threshold: LiveThreshold,
-    large: ModelIdx,
-    reported: bool,
+    bar: HandoverBar,
 }
 
 /// The predicate: a confidence below τ goes to the large model.
@@ -67,9 +62,12 @@ impl CiterPolicy {
         Ok(Self {
             entry: Some(Entry {
                 net,
-                threshold: env.live_threshold(threshold),
-                large,
-                reported: false,
+                bar: HandoverBar::new(
+                    "CITER",
+                    env.live_threshold(threshold),
+                    ShareDirection::RisesWithThreshold,
+                    large,
+                ),
             }),
         })
     }
@@ -103,23 +101,12 @@ impl RoutingPolicy for CiterPolicy {
         let Some(entry) = self.entry.as_mut() else {
             return guest_dests(view);
         };
-        match entry.confidences(view) {
-            Ok(c) => {
-                let t = entry.threshold.get();
-                let fire: Vec<bool> = c.iter().map(|&c| defers(c, t)).collect();
-                entry_dests(&fire, entry.large)
-            }
-            Err(reason) => {
-                report_once(&mut entry.reported, "CITER", &reason);
-                vec![Dest::Stay; view.items.len()]
-            }
-        }
+        let signals = entry.confidences(view);
+        entry.bar.route(signals, view.items.len(), defers)
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        self.entry
-            .as_ref()
-            .map(|e| ThresholdKnob::unit(e.threshold.clone(), ShareDirection::RisesWithThreshold))
+        self.entry.as_ref().map(|e| e.bar.knob())
     }
 }
 

@@ -7,13 +7,8 @@
 
 use tch::{Kind, Tensor};
 
-use crate::peer::message::ModelIdx;
-use crate::policy::handover::{
-    entry_dests, guest_dests, other_model, report_once, threshold_kwarg,
-};
-use crate::policy::{
-    LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
-};
+use crate::policy::handover::{guest_dests, other_model, threshold_kwarg, HandoverBar};
+use crate::policy::{Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// η when the kwargs give none.
@@ -21,13 +16,7 @@ pub const DEFAULT_THRESHOLD: f64 = 0.15;
 
 /// `scheduler_kwargs`: `threshold` (η, default 0.15).
 pub struct CoLlmPolicy {
-    entry: Option<Entry>,
-}
-
-struct Entry {
-    threshold: LiveThreshold,
-    large: ModelIdx,
-    reported: bool,
+    entry: Option<HandoverBar>,
 }
 
 /// The predicate: a deferral score above η goes to the large model.
@@ -71,11 +60,12 @@ impl CoLlmPolicy {
             return Ok(Self { entry: None });
         }
         Ok(Self {
-            entry: Some(Entry {
-                threshold: env.live_threshold(threshold),
+            entry: Some(HandoverBar::new(
+                "CoLLM",
+                env.live_threshold(threshold),
+                ShareDirection::FallsWithThreshold,
                 large,
-                reported: false,
-            }),
+            )),
         })
     }
 }
@@ -93,23 +83,11 @@ impl RoutingPolicy for CoLlmPolicy {
             (Some(logits), Some(emb)) => deferral_scores(logits, emb.size()[0]),
             _ => Err("the backend gives no logits or embedding matrix".into()),
         };
-        match scores {
-            Ok(s) => {
-                let t = entry.threshold.get();
-                let fire: Vec<bool> = s.iter().map(|&s| defers(s, t)).collect();
-                entry_dests(&fire, entry.large)
-            }
-            Err(reason) => {
-                report_once(&mut entry.reported, "CoLLM", &reason);
-                vec![Dest::Stay; view.items.len()]
-            }
-        }
+        entry.route(scores, view.items.len(), defers)
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        self.entry
-            .as_ref()
-            .map(|e| ThresholdKnob::unit(e.threshold.clone(), ShareDirection::FallsWithThreshold))
+        self.entry.as_ref().map(HandoverBar::knob)
     }
 }
 

@@ -6,7 +6,9 @@
 use tracing::error;
 
 use crate::peer::message::ModelIdx;
-use crate::policy::{kwarg_f64, Placement, PolicyError};
+use crate::policy::{
+    kwarg_f64, LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob,
+};
 use crate::scheduler::policy::{Dest, StepView};
 
 /// The other model of a two-model group; an error for any other group size.
@@ -21,21 +23,77 @@ pub fn other_model(policy: &'static str, at: Placement) -> Result<ModelIdx, Poli
     Ok(1 - at.entry)
 }
 
-/// Destinations at the entry model: rows whose signal fired go to `large`
-/// without their token.
-pub fn entry_dests(fire: &[bool], large: ModelIdx) -> Vec<Dest> {
-    fire.iter()
-        .map(|&f| {
-            if f {
-                Dest::Peer {
-                    to: large,
-                    keep_token: false,
+/// The entry model's side of a hand-over policy: the live bar, the large
+/// model, and whether a missing signal was already reported.
+#[derive(Debug)]
+pub struct HandoverBar {
+    policy: &'static str,
+    threshold: LiveThreshold,
+    direction: ShareDirection,
+    large: ModelIdx,
+    reported: bool,
+}
+
+impl HandoverBar {
+    /// `policy`'s bar at `threshold`, handing rows to `large`; `direction`
+    /// says how the large share answers a higher bar.
+    pub fn new(
+        policy: &'static str,
+        threshold: LiveThreshold,
+        direction: ShareDirection,
+        large: ModelIdx,
+    ) -> Self {
+        Self {
+            policy,
+            threshold,
+            direction,
+            large,
+            reported: false,
+        }
+    }
+
+    /// Destinations from one signal per row: rows where `fires(signal,
+    /// threshold)` go to the large model without their token. Without a
+    /// signal the entry keeps writing (and says so once).
+    pub fn route(
+        &mut self,
+        signals: Result<Vec<f32>, String>,
+        rows: usize,
+        fires: impl Fn(f32, f64) -> bool,
+    ) -> Vec<Dest> {
+        let signals = match signals {
+            Ok(s) => s,
+            Err(reason) => {
+                if !self.reported {
+                    self.reported = true;
+                    error!(
+                        policy = self.policy,
+                        reason, "routing signal unavailable; the entry model keeps writing"
+                    );
                 }
-            } else {
-                Dest::Stay
+                return vec![Dest::Stay; rows];
             }
-        })
-        .collect()
+        };
+        let t = self.threshold.get();
+        signals
+            .iter()
+            .map(|&s| {
+                if fires(s, t) {
+                    Dest::Peer {
+                        to: self.large,
+                        keep_token: false,
+                    }
+                } else {
+                    Dest::Stay
+                }
+            })
+            .collect()
+    }
+
+    /// The bar as `target_large_share` steers it.
+    pub fn knob(&self) -> ThresholdKnob {
+        ThresholdKnob::unit(self.threshold.clone(), self.direction)
+    }
 }
 
 /// Destinations at the large model: every row keeps its token and returns home.
@@ -75,17 +133,5 @@ pub fn router_path_kwarg(kwargs: &serde_json::Value) -> Result<&str, PolicyError
             key: "router_path".into(),
             reason: format!("expected a path string, got {v}"),
         }),
-    }
-}
-
-/// Logs a signal failure once per policy instance; the step keeps the
-/// small model's tokens (the output stays valid, only unrouted).
-pub fn report_once(reported: &mut bool, policy: &str, reason: &str) {
-    if !*reported {
-        *reported = true;
-        error!(
-            policy,
-            reason, "routing signal unavailable; the entry model keeps writing"
-        );
     }
 }

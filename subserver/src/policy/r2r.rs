@@ -7,15 +7,12 @@
 
 use tch::Tensor;
 
-use crate::peer::message::ModelIdx;
 use crate::policy::handover::{
-    entry_dests, guest_dests, other_model, report_once, router_path_kwarg, threshold_kwarg,
+    guest_dests, other_model, router_path_kwarg, threshold_kwarg, HandoverBar,
 };
 use crate::policy::router::r2r_net::R2rNet;
 use crate::policy::router::RouterCheckpoint;
-use crate::policy::{
-    LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
-};
+use crate::policy::{Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs` (as in the official code): `router_path` (required, a
@@ -29,9 +26,7 @@ pub struct R2rPolicy {
 /// The entry model's side: the router and its bar.
 struct Entry {
     net: R2rNet,
-    threshold: LiveThreshold,
-    large: ModelIdx,
-    reported: bool,
+    bar: HandoverBar,
 }
 
 /// The predicate: a probability at or above the threshold goes to the large model.
@@ -92,9 +87,12 @@ impl R2rPolicy {
         Ok(Self {
             entry: Some(Entry {
                 net,
-                threshold: env.live_threshold(threshold),
-                large,
-                reported: false,
+                bar: HandoverBar::new(
+                    "R2R",
+                    env.live_threshold(threshold),
+                    ShareDirection::FallsWithThreshold,
+                    large,
+                ),
             }),
         })
     }
@@ -134,23 +132,12 @@ impl RoutingPolicy for R2rPolicy {
         let Some(entry) = self.entry.as_mut() else {
             return guest_dests(view);
         };
-        match entry.probabilities(view) {
-            Ok(p) => {
-                let t = entry.threshold.get();
-                let fire: Vec<bool> = p.iter().map(|&p| diverges(p, t)).collect();
-                entry_dests(&fire, entry.large)
-            }
-            Err(reason) => {
-                report_once(&mut entry.reported, "R2R", &reason);
-                vec![Dest::Stay; view.items.len()]
-            }
-        }
+        let signals = entry.probabilities(view);
+        entry.bar.route(signals, view.items.len(), diverges)
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {
-        self.entry
-            .as_ref()
-            .map(|e| ThresholdKnob::unit(e.threshold.clone(), ShareDirection::FallsWithThreshold))
+        self.entry.as_ref().map(|e| e.bar.knob())
     }
 }
 
