@@ -1,7 +1,6 @@
 //! `tokenrouter gateway`: the OpenAI gateway alone, in front of remote
 //! groups (entry subservers started with `tokenrouter subserver --admin`).
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -26,27 +25,12 @@ pub fn run(args: GatewayArgs) -> Result<()> {
     let cfg = EngineConfig::from_file(&args.config)?;
     let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
     let port = args.port.unwrap_or(cfg.gateway().port);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("gateway")
-        .build()
-        .context("starting the tokio runtime")?;
-    runtime.block_on(async move {
+    super::listen::block_on(async move {
         let (gw, discovery) = gateway::app::remote(&cfg)
             .await
             .context("starting the gateway")?;
-        let server = gateway::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "tokenrouter gateway: listening on http://{}",
-            server.local_addr()
-        )?;
-        out.flush()?;
-        drop(out);
-        gateway::shutdown::signal().await;
-        server.drain().await;
+        super::listen::serve_until_signal(gw, &host, port, "tokenrouter gateway").await?;
         drop(discovery);
-        anyhow::Ok(())
+        Ok(())
     })
 }

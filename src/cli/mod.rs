@@ -3,6 +3,7 @@
 pub mod assets;
 pub mod gateway;
 pub mod generate;
+pub mod listen;
 pub mod router;
 pub mod serve;
 pub mod sim_bench;

@@ -1,7 +1,6 @@
 //! `tokenrouter serve`: the gateway and every subserver of the group in one
 //! process (in-process transport). With no config, the embedded default.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -30,26 +29,13 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
     let port = args.port.unwrap_or(cfg.gateway().port);
     let (gw, service) = gateway::app::inproc(&cfg).context("starting the group")?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("gateway")
-        .build()
-        .context("starting the tokio runtime")?;
-    runtime.block_on(async move {
-        let server = gateway::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
-        // Scripts and tests read the bound address from this line.
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "tokenrouter serve: listening on http://{}",
-            server.local_addr()
-        )?;
-        out.flush()?;
-        drop(out);
-        gateway::shutdown::signal().await;
-        server.drain().await;
-        anyhow::Ok(())
-    })?;
+    // Scripts and tests read the bound address from the "listening" line.
+    super::listen::block_on(super::listen::serve_until_signal(
+        gw,
+        &host,
+        port,
+        "tokenrouter serve",
+    ))?;
     drop(service);
     Ok(())
 }
