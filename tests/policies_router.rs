@@ -9,7 +9,6 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use subserver::assets::dtype::StorageDtype;
 use subserver::assets::random::{gen_random, GenRandomOptions, Preset};
@@ -23,7 +22,7 @@ use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::{StreamEvent, Usage};
-use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
+use subserver::scheduler::group::Group;
 use subserver::service::Service;
 use tch::Tensor;
 
@@ -239,33 +238,11 @@ fn prompts() -> Vec<Vec<u32>> {
 
 fn group(models: [&str; 2], policy: &str, kwargs: serde_json::Value) -> Group {
     let f = fixture();
-    let members = models
+    let runners = models
         .iter()
-        .enumerate()
-        .map(|(m, name)| MemberSpec {
-            name: name.to_string(),
-            runner: Box::new(runner(&f.model(name))),
-            policy: build(
-                policy,
-                &kwargs,
-                Placement {
-                    model: m as u16,
-                    num_models: 2,
-                    entry: 0,
-                },
-            )
-            .unwrap(),
-            tokenizer: None,
-            thresholds: vec![1],
-        })
+        .map(|n| (n.to_string(), runner(&f.model(n))))
         .collect();
-    Group::start(
-        members,
-        GroupSettings {
-            peer_timeout: Duration::from_secs(120),
-            ..GroupSettings::default()
-        },
-    )
+    common::policy_group(runners, policy, &kwargs)
 }
 
 type Run = (Vec<u32>, Vec<u16>, Usage);
@@ -294,14 +271,7 @@ fn alone(name: &str, n: usize) -> Vec<Vec<u32>> {
 
 fn check_accounting(runs: &[Run]) {
     for (toks, writers, usage) in runs {
-        assert_eq!(usage.completion_tokens, toks.len());
-        assert_eq!(usage.tokens_by_model.iter().sum::<usize>(), toks.len());
-        for m in 0..2u16 {
-            assert_eq!(
-                usage.tokens_by_model[m as usize],
-                writers.iter().filter(|&&w| w == m).count()
-            );
-        }
+        common::check_accounting(toks, writers, usage);
         assert!(toks
             .iter()
             .all(|&t| (t as usize) < subserver::assets::random::QWEN3_VOCAB));

@@ -39,20 +39,6 @@ fn run(svc: &Service, prompt: Vec<u32>, n: usize, pin: Option<u16>) -> (Vec<u32>
     common::collect_stream(&mut rx)
 }
 
-fn check_accounting(writers: &[u16], usage: &Usage) {
-    assert_eq!(
-        usage.tokens_by_model.iter().sum::<usize>(),
-        usage.completion_tokens
-    );
-    assert_eq!(writers.len(), usage.completion_tokens);
-    for m in 0..2u16 {
-        assert_eq!(
-            usage.tokens_by_model[m as usize],
-            writers.iter().filter(|&&w| w == m).count()
-        );
-    }
-}
-
 #[test]
 fn query_level_pins_by_model_length_and_prompt_entropy() {
     // Pinning by the request's model field: one writer, and the same tokens
@@ -61,10 +47,10 @@ fn query_level_pins_by_model_length_and_prompt_entropy() {
     let p = prompt("Name three primary colors.");
     let (small_toks, w, u) = run(&svc, p.clone(), 20, None);
     assert!(w.iter().all(|&w| w == 0));
-    check_accounting(&w, &u);
+    common::check_accounting(&small_toks, &w, &u);
     let (large_toks, w, u) = run(&svc, p.clone(), 20, Some(1));
     assert!(w.iter().all(|&w| w == 1), "{w:?}");
-    check_accounting(&w, &u);
+    common::check_accounting(&large_toks, &w, &u);
     assert_ne!(small_toks, large_toks, "the two models should differ here");
     let (again, _, _) = run(&svc, p.clone(), 20, Some(1));
     assert_eq!(again, large_toks, "greedy runs repeat");
@@ -87,7 +73,7 @@ fn query_level_pins_by_model_length_and_prompt_entropy() {
             "threshold {threshold}: {w:?}"
         );
         assert_eq!(&toks, expected, "threshold {threshold}");
-        check_accounting(&w, &u);
+        common::check_accounting(&toks, &w, &u);
     }
 }
 
@@ -96,7 +82,7 @@ fn glimp_router_hands_whole_steps_to_the_large_model() {
     let svc = service("GlimpRouter", "{threshold: 0.0}");
     let p = prompt("Write two short paragraphs about the sea.");
     let (toks, w, u) = run(&svc, p.clone(), 60, None);
-    check_accounting(&w, &u);
+    common::check_accounting(&toks, &w, &u);
     // Threshold 0: every step start is uncertain, so the large model writes
     // every step, i.e. every token, exactly as it would alone.
     assert!(w.iter().all(|&x| x == 1), "{w:?}");
@@ -116,7 +102,7 @@ fn glimp_router_hands_whole_steps_to_the_large_model() {
     // the large model happens at the answer's start or right after "\n\n".
     let svc = service("GlimpRouter", "{threshold: 0.05}");
     let (toks, w, u) = run(&svc, p, 80, None);
-    check_accounting(&w, &u);
+    common::check_accounting(&toks, &w, &u);
     let tok =
         subserver::tokenizer::TextTokenizer::from_dir(common::model_dir("smollm2-135m")).unwrap();
     for i in 1..w.len() {

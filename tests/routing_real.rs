@@ -4,15 +4,12 @@
 
 mod common;
 
-use std::time::Duration;
-
 use subserver::engine::{BatchEngine, EngineLimits};
-use subserver::policy::{build, Placement};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::Usage;
-use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
+use subserver::scheduler::group::Group;
 
 const SMALL: &str = "smollm2-135m-l12";
 const LARGE: &str = "smollm2-135m";
@@ -138,45 +135,13 @@ fn std_serving_cli_forwards_one_token_per_call() {
 }
 
 fn policy_group(models: &[&str], policy: &str, kwargs: serde_json::Value) -> Group {
-    let members = models
-        .iter()
-        .enumerate()
-        .map(|(m, name)| MemberSpec {
-            name: name.to_string(),
-            runner: Box::new(runner(name)),
-            policy: build(
-                policy,
-                &kwargs,
-                Placement {
-                    model: m as u16,
-                    num_models: models.len(),
-                    entry: 0,
-                },
-            )
-            .unwrap(),
-            tokenizer: None,
-            thresholds: vec![1],
-        })
-        .collect();
-    Group::start(
-        members,
-        GroupSettings {
-            peer_timeout: Duration::from_secs(120),
-            ..GroupSettings::default()
-        },
-    )
+    let runners = models.iter().map(|n| (n.to_string(), runner(n))).collect();
+    common::policy_group(runners, policy, &kwargs)
 }
 
-fn check_accounting(runs: &[(Vec<u32>, Vec<u16>, Usage)], models: usize) {
+fn check_accounting(runs: &[(Vec<u32>, Vec<u16>, Usage)]) {
     for (toks, writers, usage) in runs {
-        assert_eq!(usage.completion_tokens, toks.len());
-        assert_eq!(usage.tokens_by_model.iter().sum::<usize>(), toks.len());
-        for m in 0..models as u16 {
-            assert_eq!(
-                usage.tokens_by_model[m as usize],
-                writers.iter().filter(|&&w| w == m).count()
-            );
-        }
+        common::check_accounting(toks, writers, usage);
     }
 }
 
@@ -188,7 +153,7 @@ fn r_stitch_switches_both_ways_deterministically() {
         16,
     );
     let b = routed(&policy_group(&[SMALL, LARGE], "RStitch", kwargs), 16);
-    check_accounting(&a, 2);
+    check_accounting(&a);
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(x.0, y.0, "R-Stitch greedy routing is not deterministic");
         assert_eq!(x.1, y.1);
@@ -205,7 +170,7 @@ fn ensemble_over_three_models_accounts_every_token() {
     let models = [SMALL, "smollm2-135m-l20", LARGE];
     let kwargs = serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 2});
     let runs = routed(&policy_group(&models, "ME", kwargs.clone()), 16);
-    check_accounting(&runs, 3);
+    check_accounting(&runs);
     let again = routed(&policy_group(&models, "ME", kwargs), 16);
     for (x, y) in runs.iter().zip(&again) {
         assert_eq!(x.0, y.0);

@@ -62,3 +62,57 @@ pub fn collect_stream(
         }
     }
 }
+
+/// Checks one request's accounting: every output token has exactly one
+/// writer, and the per-model counts match the writers streamed.
+pub fn check_accounting(
+    toks: &[u32],
+    writers: &[u16],
+    usage: &subserver::scheduler::client::Usage,
+) {
+    assert_eq!(usage.completion_tokens, toks.len());
+    assert_eq!(writers.len(), toks.len());
+    assert_eq!(usage.tokens_by_model.iter().sum::<usize>(), toks.len());
+    for (m, &n) in usage.tokens_by_model.iter().enumerate() {
+        assert_eq!(n, writers.iter().filter(|&&w| w as usize == m).count());
+    }
+}
+
+/// An in-process group of `runners` (entry first) under `policy`, with the
+/// default settings and a long peer timeout (CPU models are slow).
+pub fn policy_group(
+    runners: Vec<(String, subserver::runner::tch_runner::TchRunner)>,
+    policy: &str,
+    kwargs: &serde_json::Value,
+) -> subserver::scheduler::group::Group {
+    use subserver::policy::{build, Placement};
+    use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
+    let n = runners.len();
+    let members = runners
+        .into_iter()
+        .enumerate()
+        .map(|(m, (name, runner))| MemberSpec {
+            name,
+            runner: Box::new(runner),
+            policy: build(
+                policy,
+                kwargs,
+                Placement {
+                    model: m as u16,
+                    num_models: n,
+                    entry: 0,
+                },
+            )
+            .unwrap(),
+            tokenizer: None,
+            thresholds: vec![1],
+        })
+        .collect();
+    Group::start(
+        members,
+        GroupSettings {
+            peer_timeout: std::time::Duration::from_secs(120),
+            ..GroupSettings::default()
+        },
+    )
+}
