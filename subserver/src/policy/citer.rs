@@ -3,12 +3,10 @@
 //! (default 0.98, the paper's setting) the token is dropped and the large
 //! model writes that position (one token, then it hands back).
 
-use crate::policy::handover::{
-    guest_dests, other_model, router_path_kwarg, threshold_kwarg, HandoverBar,
-};
+use crate::policy::handover::{guest_dests, other_model, router_path_kwarg, HandoverBar};
 use crate::policy::router::citer_net::CiterNet;
 use crate::policy::router::RouterCheckpoint;
-use crate::policy::{Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
+use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// τ when neither the kwargs nor the checkpoint give one.
@@ -40,7 +38,7 @@ impl CiterPolicy {
     ) -> Result<Self, PolicyError> {
         let large = other_model("CITER", at)?;
         let path = env.resolve(router_path_kwarg(kwargs)?);
-        let given = threshold_kwarg(kwargs, "a confidence bar")?;
+        let given = kwarg_unit(kwargs, "threshold", "a confidence bar")?;
         if at.model != at.entry {
             return Ok(Self { entry: None });
         }

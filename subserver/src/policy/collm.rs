@@ -7,8 +7,8 @@
 
 use tch::{Kind, Tensor};
 
-use crate::policy::handover::{guest_dests, other_model, threshold_kwarg, HandoverBar};
-use crate::policy::{Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
+use crate::policy::handover::{guest_dests, other_model, HandoverBar};
+use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// η when the kwargs give none.
@@ -54,8 +54,8 @@ impl CoLlmPolicy {
         env: &PolicyEnv,
     ) -> Result<Self, PolicyError> {
         let large = other_model("CoLLM", at)?;
-        let threshold =
-            threshold_kwarg(kwargs, "a deferral-probability bar")?.unwrap_or(DEFAULT_THRESHOLD);
+        let threshold = kwarg_unit(kwargs, "threshold", "a deferral-probability bar")?
+            .unwrap_or(DEFAULT_THRESHOLD);
         if at.model != at.entry {
             return Ok(Self { entry: None });
         }

@@ -17,7 +17,7 @@ use crate::peer::message::{ModelIdx, Rid};
 use crate::policy::signals::normalized_entropy_rows;
 use crate::policy::step_delimiter::StepDelimiter;
 use crate::policy::{
-    kwarg_f64, kwarg_u64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
+    kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
@@ -56,13 +56,7 @@ impl GlimpRouterPolicy {
                 got: at.num_models,
             });
         }
-        let threshold = kwarg_f64(kwargs, "threshold")?.unwrap_or(0.1);
-        if !(0.0..=1.0).contains(&threshold) {
-            return Err(PolicyError::BadKwarg {
-                key: "threshold".into(),
-                reason: format!("a normalized entropy must be in [0, 1], got {threshold}"),
-            });
-        }
+        let threshold = kwarg_unit(kwargs, "threshold", "a normalized entropy")?.unwrap_or(0.1);
         let delimiter = match kwargs.get("step_delimiter") {
             None | Some(serde_json::Value::Null) => "\n\n".to_string(),
             Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),

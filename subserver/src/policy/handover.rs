@@ -6,9 +6,7 @@
 use tracing::error;
 
 use crate::peer::message::ModelIdx;
-use crate::policy::{
-    kwarg_f64, LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob,
-};
+use crate::policy::{LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, StepView};
 
 /// The other model of a two-model group; an error for any other group size.
@@ -105,20 +103,6 @@ pub fn guest_dests(view: &StepView<'_>) -> Vec<Dest> {
             keep_token: true,
         })
         .collect()
-}
-
-/// An optional threshold kwarg, checked to lie in [0, 1].
-pub fn threshold_kwarg(kwargs: &serde_json::Value, what: &str) -> Result<Option<f64>, PolicyError> {
-    let t = kwarg_f64(kwargs, "threshold")?;
-    if let Some(t) = t {
-        if !(0.0..=1.0).contains(&t) {
-            return Err(PolicyError::BadKwarg {
-                key: "threshold".into(),
-                reason: format!("{what} must be in [0, 1], got {t}"),
-            });
-        }
-    }
-    Ok(t)
 }
 
 /// The required `router_path` kwarg.

@@ -148,6 +148,23 @@ pub fn kwarg_f64(kwargs: &serde_json::Value, key: &str) -> Result<Option<f64>, P
     }
 }
 
+/// Reads an optional `key` in [0, 1] (a probability or a normalized
+/// entropy); `what` names it in the error.
+pub fn kwarg_unit(
+    kwargs: &serde_json::Value,
+    key: &str,
+    what: &str,
+) -> Result<Option<f64>, PolicyError> {
+    let t = kwarg_f64(kwargs, key)?;
+    match t {
+        Some(t) if !(0.0..=1.0).contains(&t) => Err(PolicyError::BadKwarg {
+            key: key.into(),
+            reason: format!("{what} must be in [0, 1], got {t}"),
+        }),
+        _ => Ok(t),
+    }
+}
+
 /// Reads an optional u64 kwarg.
 pub fn kwarg_u64(kwargs: &serde_json::Value, key: &str) -> Result<Option<u64>, PolicyError> {
     match kwargs.get(key) {

@@ -13,7 +13,7 @@
 
 use crate::peer::message::{ModelIdx, Rid};
 use crate::policy::{
-    kwarg_f64, kwarg_u64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
+    kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
@@ -35,13 +35,7 @@ impl QueryLevelPolicy {
         env: &PolicyEnv,
     ) -> Result<Self, PolicyError> {
         let above_tokens = kwarg_u64(kwargs, "always_large_above_prompt_tokens")?;
-        let entropy = kwarg_f64(kwargs, "entropy_threshold")?;
-        if let Some(t) = entropy.filter(|t| !(0.0..=1.0).contains(t)) {
-            return Err(PolicyError::BadKwarg {
-                key: "entropy_threshold".into(),
-                reason: format!("a normalized entropy must be in [0, 1], got {t}"),
-            });
-        }
+        let entropy = kwarg_unit(kwargs, "entropy_threshold", "a normalized entropy")?;
         let default_target = at.num_models.saturating_sub(1) as u64;
         let target = kwarg_u64(kwargs, "target")?.unwrap_or(default_target);
         if at.num_models > 1 && (target as usize >= at.num_models || target == at.entry as u64) {

@@ -7,12 +7,10 @@
 
 use tch::Tensor;
 
-use crate::policy::handover::{
-    guest_dests, other_model, router_path_kwarg, threshold_kwarg, HandoverBar,
-};
+use crate::policy::handover::{guest_dests, other_model, router_path_kwarg, HandoverBar};
 use crate::policy::router::r2r_net::R2rNet;
 use crate::policy::router::RouterCheckpoint;
-use crate::policy::{Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
+use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs` (as in the official code): `router_path` (required, a
@@ -43,7 +41,7 @@ impl R2rPolicy {
     ) -> Result<Self, PolicyError> {
         let large = other_model("R2R", at)?;
         let path = env.resolve(router_path_kwarg(kwargs)?);
-        let given = threshold_kwarg(kwargs, "a router probability bar")?;
+        let given = kwarg_unit(kwargs, "threshold", "a router probability bar")?;
         if at.model != at.entry {
             // The large model only writes the token it is handed; no router here.
             return Ok(Self { entry: None });

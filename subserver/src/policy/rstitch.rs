@@ -8,7 +8,7 @@
 use crate::peer::message::ModelIdx;
 use crate::policy::signals::normalized_entropy_rows;
 use crate::policy::{
-    kwarg_f64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
+    kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
 };
 use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
@@ -32,13 +32,7 @@ impl RStitchPolicy {
                 got: at.num_models,
             });
         }
-        let threshold = kwarg_f64(kwargs, "threshold")?.unwrap_or(0.03);
-        if !(0.0..=1.0).contains(&threshold) {
-            return Err(PolicyError::BadKwarg {
-                key: "threshold".into(),
-                reason: format!("a normalized entropy must be in [0, 1], got {threshold}"),
-            });
-        }
+        let threshold = kwarg_unit(kwargs, "threshold", "a normalized entropy")?.unwrap_or(0.03);
         Ok(Self {
             threshold: env.live_threshold(threshold),
             other: 1 - at.model,
