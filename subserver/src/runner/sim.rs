@@ -187,7 +187,8 @@ mod tests {
         let t0 = Instant::now();
         let out = r.forward(&batch).unwrap();
         let took = t0.elapsed().as_secs_f64() * 1e3;
-        assert!((7.0..9.0).contains(&took), "step took {took} ms, want 7");
+        // A step never returns early; how late it is depends on the load.
+        assert!(took >= 7.0, "step took {took} ms, want at least 7");
         let toks = out.tokens.unwrap();
         assert_eq!(toks.len(), 2);
         assert!(toks.iter().all(|&t| t != 0 && t < 100));
