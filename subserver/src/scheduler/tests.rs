@@ -505,6 +505,10 @@ fn target_large_share_steers_the_threshold_to_the_target() {
     run(64);
     let (large, total) = run(64);
     let share = large as f64 / total as f64;
+    eprintln!(
+        "target 0.200: measured share {share:.4} over {total} tokens, threshold {:?}",
+        g.stats(0).routing_threshold
+    );
     assert!(
         (share - 0.2).abs() <= 0.02,
         "measured share {share:.3} after convergence, threshold {:?}",
