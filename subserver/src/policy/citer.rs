@@ -3,11 +3,12 @@
 //! (default 0.98, the paper's setting) the token is dropped and the large
 //! model writes that position (one token, then it hands back).
 
-use crate::policy::handover::{guest_dests, other_model, router_path_kwarg, HandoverBar};
+use crate::policy::handover::{
+    load_router, other_model, router_path_kwarg, HandoverBar, HandoverPolicy, HandoverSignal,
+};
 use crate::policy::router::citer_net::CiterNet;
-use crate::policy::router::RouterCheckpoint;
-use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::scheduler::policy::StepView;
 
 /// τ when neither the kwargs nor the checkpoint give one.
 pub const DEFAULT_THRESHOLD: f64 = 0.98;
@@ -15,14 +16,7 @@ pub const DEFAULT_THRESHOLD: f64 = 0.98;
 /// `scheduler_kwargs`: `router_path` (required, a directory from
 /// `tokenrouter convert-router`) and `threshold` (τ; default the
 /// checkpoint's threshold, else 0.98).
-pub struct CiterPolicy {
-    entry: Option<Entry>,
-}
-
-struct Entry {
-    net: CiterNet,
-    bar: HandoverBar,
-}
+pub type CiterPolicy = HandoverPolicy<CiterNet>;
 
 /// The predicate: a confidence below τ goes to the large model.
 pub fn defers(confidence: f32, threshold: f64) -> bool {
@@ -37,74 +31,43 @@ impl CiterPolicy {
         env: &PolicyEnv,
     ) -> Result<Self, PolicyError> {
         let large = other_model("CITER", at)?;
-        let path = env.resolve(router_path_kwarg(kwargs)?);
+        router_path_kwarg(kwargs)?;
         let given = kwarg_unit(kwargs, "threshold", "a confidence bar")?;
         if at.model != at.entry {
-            return Ok(Self { entry: None });
+            return Ok(Self::guest("CITER", defers));
         }
-        let bad = |reason: String| PolicyError::BadKwarg {
-            key: "router_path".into(),
-            reason,
-        };
-        let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
-        let net = CiterNet::load(&mut ck).map_err(|e| bad(e.to_string()))?;
-        let unused = ck.weights.leftover();
-        if !unused.is_empty() {
-            tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
-        }
+        let (net, stored, path) = load_router(kwargs, env, CiterNet::load)?;
         let threshold = given
-            .or(ck.meta.threshold)
+            .or(stored)
             .unwrap_or(DEFAULT_THRESHOLD)
             .clamp(0.0, 1.0);
         tracing::info!(router = %path.display(), hidden = net.hidden_size(), threshold, "CITER router loaded");
-        Ok(Self {
-            entry: Some(Entry {
-                net,
-                bar: HandoverBar::new(
-                    "CITER",
-                    env.live_threshold(threshold),
-                    ShareDirection::RisesWithThreshold,
-                    large,
-                ),
-            }),
-        })
+        let bar = HandoverBar::new(
+            "CITER",
+            env.live_threshold(threshold),
+            ShareDirection::RisesWithThreshold,
+            large,
+        );
+        Ok(Self::at_entry("CITER", net, bar, defers))
     }
 }
 
-impl Entry {
-    fn confidences(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+impl HandoverSignal for CiterNet {
+    /// The router's confidence in each row's token.
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
         let Some(hidden) = view.hidden else {
             return Err("the backend gives no hidden states".into());
         };
         let h = hidden.size()[1];
-        if h != self.net.hidden_size() {
+        if h != self.hidden_size() {
             return Err(format!(
                 "the router reads hidden states {} wide, the model has {h}",
-                self.net.hidden_size()
+                self.hidden_size()
             ));
         }
-        self.net
-            .forward(hidden)
+        self.forward(hidden)
             .and_then(|c| Vec::<f32>::try_from(&c.f_to_device(tch::Device::Cpu)?))
             .map_err(|e| e.to_string())
-    }
-}
-
-impl RoutingPolicy for CiterPolicy {
-    fn name(&self) -> &'static str {
-        "CITER"
-    }
-
-    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
-        let Some(entry) = self.entry.as_mut() else {
-            return guest_dests(view);
-        };
-        let signals = entry.confidences(view);
-        entry.bar.route(signals, view.items.len(), defers)
-    }
-
-    fn knob(&self) -> Option<ThresholdKnob> {
-        self.entry.as_ref().map(|e| e.bar.knob())
     }
 }
 

@@ -7,16 +7,27 @@
 
 use tch::{Kind, Tensor};
 
-use crate::policy::handover::{guest_dests, other_model, HandoverBar};
-use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::policy::handover::{other_model, HandoverBar, HandoverPolicy, HandoverSignal};
+use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::scheduler::policy::StepView;
 
 /// η when the kwargs give none.
 pub const DEFAULT_THRESHOLD: f64 = 0.15;
 
 /// `scheduler_kwargs`: `threshold` (η, default 0.15).
-pub struct CoLlmPolicy {
-    entry: Option<HandoverBar>,
+pub type CoLlmPolicy = HandoverPolicy<DeferralColumn>;
+
+/// Co-LLM's signal: the sigmoid of the small model's extra head column.
+#[derive(Debug, Clone, Copy)]
+pub struct DeferralColumn;
+
+impl HandoverSignal for DeferralColumn {
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+        match (view.logits, view.embeddings) {
+            (Some(logits), Some(emb)) => deferral_scores(logits, emb.size()[0]),
+            _ => Err("the backend gives no logits or embedding matrix".into()),
+        }
+    }
 }
 
 /// The predicate: a deferral score above η goes to the large model.
@@ -57,44 +68,22 @@ impl CoLlmPolicy {
         let threshold = kwarg_unit(kwargs, "threshold", "a deferral-probability bar")?
             .unwrap_or(DEFAULT_THRESHOLD);
         if at.model != at.entry {
-            return Ok(Self { entry: None });
+            return Ok(Self::guest("CoLLM", defers));
         }
-        Ok(Self {
-            entry: Some(HandoverBar::new(
-                "CoLLM",
-                env.live_threshold(threshold),
-                ShareDirection::FallsWithThreshold,
-                large,
-            )),
-        })
-    }
-}
-
-impl RoutingPolicy for CoLlmPolicy {
-    fn name(&self) -> &'static str {
-        "CoLLM"
-    }
-
-    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
-        let Some(entry) = self.entry.as_mut() else {
-            return guest_dests(view);
-        };
-        let scores = match (view.logits, view.embeddings) {
-            (Some(logits), Some(emb)) => deferral_scores(logits, emb.size()[0]),
-            _ => Err("the backend gives no logits or embedding matrix".into()),
-        };
-        entry.route(scores, view.items.len(), defers)
-    }
-
-    fn knob(&self) -> Option<ThresholdKnob> {
-        self.entry.as_ref().map(HandoverBar::knob)
+        let bar = HandoverBar::new(
+            "CoLLM",
+            env.live_threshold(threshold),
+            ShareDirection::FallsWithThreshold,
+            large,
+        );
+        Ok(Self::at_entry("CoLLM", DeferralColumn, bar, defers))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::policy::RouteItem;
+    use crate::scheduler::policy::{Dest, RouteItem, RoutingPolicy};
 
     #[test]
     fn the_last_column_is_the_deferral_logit() {

@@ -7,7 +7,11 @@ use tracing::error;
 
 use crate::peer::message::ModelIdx;
 use crate::policy::{LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob};
-use crate::scheduler::policy::{Dest, StepView};
+use std::path::PathBuf;
+
+use crate::policy::router::{RouterCheckpoint, RouterError};
+use crate::policy::PolicyEnv;
+use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
 
 /// The other model of a two-model group; an error for any other group size.
 pub fn other_model(policy: &'static str, at: Placement) -> Result<ModelIdx, PolicyError> {
@@ -92,6 +96,87 @@ impl HandoverBar {
     pub fn knob(&self) -> ThresholdKnob {
         ThresholdKnob::unit(self.threshold.clone(), self.direction)
     }
+}
+
+/// What a one-token hand-over policy reads at the entry model.
+pub trait HandoverSignal: Send {
+    /// One signal per `view.items` row, or why there is none this step.
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String>;
+}
+
+/// A one-token hand-over policy (R2R, CITER, Co-LLM): at the entry model a
+/// signal and its bar decide; the large model hands every token back.
+pub struct HandoverPolicy<S> {
+    name: &'static str,
+    fires: fn(f32, f64) -> bool,
+    entry: Option<(S, HandoverBar)>,
+}
+
+impl<S: HandoverSignal> HandoverPolicy<S> {
+    /// The entry model's instance: rows where `fires(signal, threshold)` go large.
+    pub fn at_entry(
+        name: &'static str,
+        signal: S,
+        bar: HandoverBar,
+        fires: fn(f32, f64) -> bool,
+    ) -> Self {
+        Self {
+            name,
+            fires,
+            entry: Some((signal, bar)),
+        }
+    }
+
+    /// The large model's instance (no signal, no bar).
+    pub fn guest(name: &'static str, fires: fn(f32, f64) -> bool) -> Self {
+        Self {
+            name,
+            fires,
+            entry: None,
+        }
+    }
+}
+
+impl<S: HandoverSignal> RoutingPolicy for HandoverPolicy<S> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
+        match self.entry.as_mut() {
+            None => guest_dests(view),
+            Some((signal, bar)) => {
+                let signals = signal.signals(view);
+                bar.route(signals, view.items.len(), self.fires)
+            }
+        }
+    }
+
+    fn knob(&self) -> Option<ThresholdKnob> {
+        self.entry.as_ref().map(|(_, bar)| bar.knob())
+    }
+}
+
+/// Opens the converted router at the `router_path` kwarg (resolved in
+/// `env`) and builds its network with `load`; warns about unused tensors.
+/// Returns the network and the checkpoint's threshold.
+pub fn load_router<N>(
+    kwargs: &serde_json::Value,
+    env: &PolicyEnv,
+    load: impl FnOnce(&mut RouterCheckpoint) -> Result<N, RouterError>,
+) -> Result<(N, Option<f64>, PathBuf), PolicyError> {
+    let path = env.resolve(router_path_kwarg(kwargs)?);
+    let bad = |reason: String| PolicyError::BadKwarg {
+        key: "router_path".into(),
+        reason,
+    };
+    let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
+    let net = load(&mut ck).map_err(|e| bad(e.to_string()))?;
+    let unused = ck.weights.leftover();
+    if !unused.is_empty() {
+        tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
+    }
+    Ok((net, ck.meta.threshold, path))
 }
 
 /// Destinations at the large model: every row keeps its token and returns home.

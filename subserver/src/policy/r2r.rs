@@ -7,25 +7,18 @@
 
 use tch::Tensor;
 
-use crate::policy::handover::{guest_dests, other_model, router_path_kwarg, HandoverBar};
+use crate::policy::handover::{
+    load_router, other_model, router_path_kwarg, HandoverBar, HandoverPolicy, HandoverSignal,
+};
 use crate::policy::router::r2r_net::R2rNet;
-use crate::policy::router::RouterCheckpoint;
-use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob};
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::scheduler::policy::StepView;
 
 /// `scheduler_kwargs` (as in the official code): `router_path` (required, a
 /// directory from `tokenrouter convert-router`, relative paths against the
 /// config file) and `threshold` (default: the checkpoint's
 /// `common_args.threshold`).
-pub struct R2rPolicy {
-    entry: Option<Entry>,
-}
-
-/// The entry model's side: the router and its bar.
-struct Entry {
-    net: R2rNet,
-    bar: HandoverBar,
-}
+pub type R2rPolicy = HandoverPolicy<R2rNet>;
 
 /// The predicate: a probability at or above the threshold goes to the large model.
 pub fn diverges(probability: f32, threshold: f64) -> bool {
@@ -40,23 +33,14 @@ impl R2rPolicy {
         env: &PolicyEnv,
     ) -> Result<Self, PolicyError> {
         let large = other_model("R2R", at)?;
-        let path = env.resolve(router_path_kwarg(kwargs)?);
+        router_path_kwarg(kwargs)?;
         let given = kwarg_unit(kwargs, "threshold", "a router probability bar")?;
         if at.model != at.entry {
             // The large model only writes the token it is handed; no router here.
-            return Ok(Self { entry: None });
+            return Ok(Self::guest("R2R", diverges));
         }
-        let bad = |reason: String| PolicyError::BadKwarg {
-            key: "router_path".into(),
-            reason,
-        };
-        let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
-        let net = R2rNet::load(&mut ck).map_err(|e| bad(e.to_string()))?;
-        let unused = ck.weights.leftover();
-        if !unused.is_empty() {
-            tracing::warn!(router = %path.display(), ?unused, "router tensors the network does not use");
-        }
-        let threshold = match given.or(ck.meta.threshold) {
+        let (net, stored, path) = load_router(kwargs, env, R2rNet::load)?;
+        let threshold = match given.or(stored) {
             Some(t) if (0.0..=1.0).contains(&t) => t,
             Some(t) => {
                 return Err(PolicyError::BadKwarg {
@@ -82,66 +66,46 @@ impl R2rPolicy {
             threshold,
             "R2R router loaded"
         );
-        Ok(Self {
-            entry: Some(Entry {
-                net,
-                bar: HandoverBar::new(
-                    "R2R",
-                    env.live_threshold(threshold),
-                    ShareDirection::FallsWithThreshold,
-                    large,
-                ),
-            }),
-        })
+        let bar = HandoverBar::new(
+            "R2R",
+            env.live_threshold(threshold),
+            ShareDirection::FallsWithThreshold,
+            large,
+        );
+        Ok(Self::at_entry("R2R", net, bar, diverges))
     }
 }
 
-impl Entry {
-    fn probabilities(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+impl HandoverSignal for R2rNet {
+    /// The router's probability that each row's token diverges.
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
         let (Some(logits), Some(hidden), Some(emb)) = (view.logits, view.hidden, view.embeddings)
         else {
             return Err("the backend gives no logits, hidden states or embeddings".into());
         };
         let (h, e) = (hidden.size()[1], emb.size()[1]);
-        if h != self.net.hidden_size() || e != self.net.embed_size() {
+        if h != self.hidden_size() || e != self.embed_size() {
             return Err(format!(
                 "the router reads hidden {} / embedding {} wide, the model has {h} / {e}",
-                self.net.hidden_size(),
-                self.net.embed_size()
+                self.hidden_size(),
+                self.embed_size()
             ));
         }
         let run = || -> Result<Vec<f32>, tch::TchError> {
             let ids: Vec<i64> = view.items.iter().map(|i| i.token as i64).collect();
             let ids = Tensor::f_from_slice(&ids)?.f_to_device(emb.device())?;
             let token_emb = emb.f_index_select(0, &ids)?;
-            let p = self.net.forward(hidden, &token_emb, logits)?;
+            let p = self.forward(hidden, &token_emb, logits)?;
             Vec::<f32>::try_from(&p.f_to_device(tch::Device::Cpu)?)
         };
         run().map_err(|e| e.to_string())
     }
 }
 
-impl RoutingPolicy for R2rPolicy {
-    fn name(&self) -> &'static str {
-        "R2R"
-    }
-
-    fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
-        let Some(entry) = self.entry.as_mut() else {
-            return guest_dests(view);
-        };
-        let signals = entry.probabilities(view);
-        entry.bar.route(signals, view.items.len(), diverges)
-    }
-
-    fn knob(&self) -> Option<ThresholdKnob> {
-        self.entry.as_ref().map(|e| e.bar.knob())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::policy::{Dest, RoutingPolicy};
 
     #[test]
     fn the_bar_is_inclusive() {
