@@ -13,7 +13,6 @@ use std::sync::OnceLock;
 use subserver::assets::dtype::StorageDtype;
 use subserver::assets::random::{gen_random, GenRandomOptions, Preset};
 use subserver::config::EngineConfig;
-use subserver::engine::{BatchEngine, EngineLimits};
 use subserver::policy::router::citer_net::CiterNet;
 use subserver::policy::router::r2r_net::R2rNet;
 use subserver::policy::router::RouterCheckpoint;
@@ -248,25 +247,11 @@ fn group(models: [&str; 2], policy: &str, kwargs: serde_json::Value) -> Group {
 type Run = (Vec<u32>, Vec<u16>, Usage);
 
 fn routed(g: &Group, n: usize) -> Vec<Run> {
-    let rxs: Vec<_> = prompts()
-        .into_iter()
-        .map(|p| g.submit(p, SamplingParams::greedy(n)).1)
-        .collect();
-    rxs.into_iter()
-        .map(|mut rx| common::collect_stream(&mut rx))
-        .collect()
+    common::greedy_routed(g, prompts(), n)
 }
 
 fn alone(name: &str, n: usize) -> Vec<Vec<u32>> {
-    let mut e = BatchEngine::new(runner(&fixture().model(name)), EngineLimits::default());
-    for (i, p) in prompts().into_iter().enumerate() {
-        e.add(i as u64, p, &SamplingParams::greedy(n)).unwrap();
-    }
-    e.run_to_completion()
-        .unwrap()
-        .into_iter()
-        .map(|c| c.tokens)
-        .collect()
+    common::greedy_alone(runner(&fixture().model(name)), prompts(), n)
 }
 
 fn check_accounting(runs: &[Run]) {

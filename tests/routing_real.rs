@@ -4,10 +4,8 @@
 
 mod common;
 
-use subserver::engine::{BatchEngine, EngineLimits};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::Usage;
 use subserver::scheduler::group::Group;
 
@@ -38,26 +36,12 @@ fn prompts() -> Vec<Vec<u32>> {
 
 /// Greedy generation through the routed group: (tokens, writers, usage) per prompt.
 fn routed(g: &Group, n: usize) -> Vec<(Vec<u32>, Vec<u16>, Usage)> {
-    let rxs: Vec<_> = prompts()
-        .into_iter()
-        .map(|p| g.submit(p, SamplingParams::greedy(n)).1)
-        .collect();
-    rxs.into_iter()
-        .map(|mut rx| common::collect_stream(&mut rx))
-        .collect()
+    common::greedy_routed(g, prompts(), n)
 }
 
 /// Greedy generation with one model alone.
 fn alone(name: &str, n: usize) -> Vec<Vec<u32>> {
-    let mut e = BatchEngine::new(runner(name), EngineLimits::default());
-    for (i, p) in prompts().into_iter().enumerate() {
-        e.add(i as u64, p, &SamplingParams::greedy(n)).unwrap();
-    }
-    e.run_to_completion()
-        .unwrap()
-        .into_iter()
-        .map(|c| c.tokens)
-        .collect()
+    common::greedy_alone(runner(name), prompts(), n)
 }
 
 #[test]

@@ -116,3 +116,41 @@ pub fn policy_group(
         },
     )
 }
+
+/// Greedy runs of `prompts` (all submitted at once) through a group:
+/// (tokens, writers, usage) per prompt.
+pub fn greedy_routed(
+    g: &subserver::scheduler::group::Group,
+    prompts: Vec<Vec<u32>>,
+    n: usize,
+) -> Vec<(Vec<u32>, Vec<u16>, subserver::scheduler::client::Usage)> {
+    let rxs: Vec<_> = prompts
+        .into_iter()
+        .map(|p| {
+            g.submit(p, subserver::sampling::SamplingParams::greedy(n))
+                .1
+        })
+        .collect();
+    rxs.into_iter()
+        .map(|mut rx| collect_stream(&mut rx))
+        .collect()
+}
+
+/// Greedy runs of `prompts` with one model alone (the single-model engine).
+pub fn greedy_alone(
+    runner: subserver::runner::tch_runner::TchRunner,
+    prompts: Vec<Vec<u32>>,
+    n: usize,
+) -> Vec<Vec<u32>> {
+    use subserver::engine::{BatchEngine, EngineLimits};
+    let mut e = BatchEngine::new(runner, EngineLimits::default());
+    for (i, p) in prompts.into_iter().enumerate() {
+        e.add(i as u64, p, &subserver::sampling::SamplingParams::greedy(n))
+            .unwrap();
+    }
+    e.run_to_completion()
+        .unwrap()
+        .into_iter()
+        .map(|c| c.tokens)
+        .collect()
+}
