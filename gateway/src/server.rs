@@ -30,7 +30,18 @@ pub struct GatewayOptions {
     pub retry_after_s: u64,
     /// How long a drain waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// How long a client may take to send a request's headers (also how
+    /// long an idle kept-alive connection stays open); a slow-loris client
+    /// is disconnected after it.
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body (408 after it).
+    pub body_timeout: Duration,
 }
+
+/// Default of [`GatewayOptions::header_timeout`].
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`GatewayOptions::body_timeout`].
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl GatewayOptions {
     /// From the config's `gateway:` block.
@@ -41,6 +52,8 @@ impl GatewayOptions {
             max_queue: g.max_queue,
             retry_after_s: g.retry_after_s,
             drain_timeout: Duration::from_millis(g.drain_timeout_ms),
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
         }
     }
 }
@@ -183,9 +196,24 @@ impl GatewayServer {
         let routes = crate::routes::routes(gateway.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let incoming = tokio_stream_listener(listener);
-        let server = warp::serve(routes).serve_incoming_with_graceful_shutdown(incoming, async {
-            let _ = stop_rx.await;
+        // hyper directly (warp's `serve` has no header timeout): the
+        // header timer runs from the first byte a request is awaited on.
+        let service = warp::service(routes);
+        let make = hyper::service::make_service_fn(move |_| {
+            let service = service.clone();
+            async move { Ok::<_, std::convert::Infallible>(service) }
         });
+        let server = hyper::Server::builder(hyper::server::accept::from_stream(incoming))
+            .http1_header_read_timeout(gateway.options.header_timeout)
+            .serve(make)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            });
+        let server = async move {
+            if let Err(e) = server.await {
+                tracing::warn!(error = %e, "gateway server stopped with an error");
+            }
+        };
         let task = tokio::spawn(server);
         let g = gateway.clone();
         let gauges = tokio::spawn(async move {
