@@ -97,6 +97,7 @@ fn generate_checks_arguments_before_loading_anything() {
         ("--dtype", "f8", "f8"),
     ] {
         let model = tmp.path();
+        let arg = format!("{flag}={value}");
         let line = error_line(
             &[
                 "generate",
@@ -104,8 +105,7 @@ fn generate_checks_arguments_before_loading_anything() {
                 model.to_str().unwrap(),
                 "--prompt",
                 "x",
-                flag,
-                value,
+                &arg,
             ],
             fragment,
         );

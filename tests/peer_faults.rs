@@ -269,9 +269,16 @@ fn failed_cleanly(outcomes: &[Result<Usage, RequestError>], entry: &MemberServic
     }
     let t0 = Instant::now();
     while entry.member().stats().kv_requests != 0 || entry.member().stats().active != 0 {
+        let s = entry.member().stats();
         assert!(
             t0.elapsed() < HANG,
-            "KV or requests still held after the failures"
+            "KV or requests still held after the failures: {} requests hold KV, active {}, \
+             running {} waiting {} pending {}",
+            s.kv_requests,
+            s.active,
+            s.running,
+            s.waiting,
+            s.pending
         );
         thread::sleep(Duration::from_millis(5));
     }
