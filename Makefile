@@ -118,9 +118,9 @@ test: assets venv-ref venv-openai chromium lint
 # JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
 bench: bench-engine bench-ablation bench-tuner bench-gateway bench-cpu bench-eval bench-llamacpp
 
-BENCH_RAW  := $(CACHE)/bench
+BENCH_RAW  ?= $(CACHE)/bench
 BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@
-LLAMA_VENV := $(CACHE)/venv-llama
+LLAMA_VENV ?= $(CACHE)/venv-llama
 # llama.cpp's OpenAI server, built from source (CPU) by pip; only
 # bench-llamacpp needs it, never `make test`.
 LLAMA_PKGS := llama-cpp-python[server]==0.3.36
@@ -128,13 +128,14 @@ LLAMA_PKGS := llama-cpp-python[server]==0.3.36
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
 	$(TARGET_DIR)/release/examples/bench_engine --model $(SMOLLM2) --python $(PY) \
+	  $(ENGINE_ARGS) --profile-out $(ROOT)/docs/results/engine/profile.json \
 	  --out $(ROOT)/docs/results/engine.md
 
 # The paper's ablation on the sim backend, batch-independent and with the
-# CPU engine's measured batch profile.
-bench-ablation: assets
+# engine profile bench-engine saved (run it first; `make bench` does).
+bench-ablation: build
 	cargo build --release --example bench_ablation
-	$(TARGET_DIR)/release/examples/bench_ablation --profile-model $(SMOLLM2) \
+	$(TARGET_DIR)/release/examples/bench_ablation --profile $(ROOT)/docs/results/engine/profile.json \
 	  $(ABLATION_ARGS) --out $(ROOT)/docs/results/ablation.md
 
 # The SmolLM2 pair through `tokenrouter bench`: cost and quality per method.

@@ -5,9 +5,9 @@
 //! the Markov chain's prediction where the chain models the mode.
 //!
 //! Run twice: with batch-independent steps (the chain's assumption), and
-//! with step times that grow with the batch as the tch engine's do on this
-//! machine (a profile measured at the start of the run, scaled to 6.0 /
-//! 27.9 ms at batch 1). Every request has its own seed; each cell is the
+//! with step times that grow with the batch as a measured engine profile
+//! says (`make bench-engine` saves the CPU engine's; a GPU machine's
+//! profile works the same way), scaled to 6.0 / 27.9 ms at batch 1. Every request has its own seed; each cell is the
 //! mean over `--seeds` runs with different run seeds.
 
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use clap::Parser;
 use loadgen::page::Page;
 use loadgen::plot::{chart, Series, Style};
 use operator::tuner::{best, predict, StepLatency, TunerInputs};
-use subserver::bench::profile::{self, RelativeCosts};
+use subserver::bench::profile::{RelativeCosts, StepProfile};
 use subserver::bench::sim_bench::{run, BenchMode, SimBenchOptions};
 
 #[derive(Parser)]
@@ -34,13 +34,10 @@ struct Args {
     /// Concurrencies.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
     ns: Vec<usize>,
-    /// Model whose measured step profile makes the batch-dependent run
-    /// (omit to run only the batch-independent one).
+    /// Step profile (JSON from `bench_engine --profile-out`) for the
+    /// batch-dependent run; without one only the batch-independent run.
     #[arg(long)]
-    profile_model: Option<PathBuf>,
-    /// Batch sizes of the profile.
-    #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
-    profile_batches: Vec<usize>,
+    profile: Option<PathBuf>,
     /// The page to write.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -66,7 +63,11 @@ fn inputs(n: usize, costs: &Costs) -> Result<TunerInputs> {
             StepLatency::Constant(b)
         } else {
             // Decode: every sequence brings one token.
-            StepLatency::Table((1..=n.max(1)).map(|k| (k, b + (s + t) * k as f64)).collect())
+            StepLatency::Table(
+                (1..=n.max(1))
+                    .map(|k| (k, b + (s + t) * k as f64))
+                    .collect(),
+            )
         }
     };
     Ok(TunerInputs::new(
@@ -94,7 +95,10 @@ fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
             let p = predict(&inputs(n, costs)?, &b)?.throughput_tok_s;
             (b, Some(p))
         }
-        BenchMode::Async => (vec![1, 1], Some(predict(&inputs(n, costs)?, &[1, 1])?.throughput_tok_s)),
+        BenchMode::Async => (
+            vec![1, 1],
+            Some(predict(&inputs(n, costs)?, &[1, 1])?.throughput_tok_s),
+        ),
         _ => (vec![1, 1], None),
     };
     let mut tputs = Vec::new();
@@ -120,7 +124,9 @@ fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (lo, hi) = tputs
         .iter()
-        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
     Ok(Cell {
         tok_s: mean(&tputs),
         spread: (hi - lo) / 2.0,
@@ -131,14 +137,24 @@ fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
 }
 
 /// Runs every mode at every N for one step-time model; adds its section.
-fn variant(args: &Args, page: &mut Page, name: &str, costs: &Costs, svg: &str) -> Result<Vec<(BenchMode, usize, Cell)>> {
+fn variant(
+    args: &Args,
+    page: &mut Page,
+    name: &str,
+    costs: &Costs,
+    svg: &str,
+) -> Result<Vec<(BenchMode, usize, Cell)>> {
     let mut cells = Vec::new();
     let mut rows = Vec::new();
     for &n in &args.ns {
         for (mode, label) in MODES {
             let c = cell(args, mode, n, costs)?;
-            let pred = c.predicted.map_or_else(|| "–".into(), |p| format!("{p:.1}"));
-            let ratio = c.predicted.map_or_else(|| "–".into(), |p| format!("{:.3}", c.tok_s / p));
+            let pred = c
+                .predicted
+                .map_or_else(|| "–".into(), |p| format!("{p:.1}"));
+            let ratio = c
+                .predicted
+                .map_or_else(|| "–".into(), |p| format!("{:.3}", c.tok_s / p));
             let row = vec![
                 n.to_string(),
                 label.to_string(),
@@ -154,14 +170,26 @@ fn variant(args: &Args, page: &mut Page, name: &str, costs: &Costs, svg: &str) -
         }
     }
     page.table(
-        &["N", "mode", "B", "measured tok/s (± half range over seeds)", "predicted tok/s", "measured / predicted", "large share"],
+        &[
+            "N",
+            "mode",
+            "B",
+            "measured tok/s (± half range over seeds)",
+            "predicted tok/s",
+            "measured / predicted",
+            "large share",
+        ],
         &rows,
     );
     let mut series: Vec<Series> = MODES
         .iter()
         .map(|(m, label)| Series {
             name: label.to_string(),
-            points: cells.iter().filter(|c| c.0 == *m).map(|c| (c.1 as f64, c.2.tok_s)).collect(),
+            points: cells
+                .iter()
+                .filter(|c| c.0 == *m)
+                .map(|c| (c.1 as f64, c.2.tok_s))
+                .collect(),
         })
         .collect();
     series.push(Series {
@@ -174,9 +202,22 @@ fn variant(args: &Args, page: &mut Page, name: &str, costs: &Costs, svg: &str) -
     });
     if let Some(out) = &args.out {
         let dir = out.with_extension("");
-        chart(&dir.join(svg), &format!("Throughput, {name}"), "N (active requests)", "output tokens / s", &series, Style::Lines)?;
-        let stem = dir.file_name().and_then(|s| s.to_str()).unwrap_or("ablation");
-        page.image(&format!("throughput against N, {name}"), &format!("{stem}/{svg}"));
+        chart(
+            &dir.join(svg),
+            &format!("Throughput, {name}"),
+            "N (active requests)",
+            "output tokens / s",
+            &series,
+            Style::Lines,
+        )?;
+        let stem = dir
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or("ablation");
+        page.image(
+            &format!("throughput against N, {name}"),
+            &format!("{stem}/{svg}"),
+        );
     }
     Ok(cells)
 }
@@ -221,7 +262,10 @@ fn summary(page: &mut Page, cells: &[(BenchMode, usize, Cell)], target_check: bo
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    let mut page = Page::begin("Ablation: execution modes on the simulated backend", "make bench-ablation");
+    let mut page = Page::begin(
+        "Ablation: execution modes on the simulated backend",
+        "make bench-ablation",
+    );
     page.para(&format!(
         "Two simulated models (small {} ms, large {} ms per step at batch 1), R2R semantics with a \
          Bernoulli({P}) router: the small model's token is dropped with probability {P} and the large \
@@ -234,21 +278,33 @@ fn main() -> Result<()> {
     ));
     page.section("1. Batch-independent steps (the chain's assumption)");
     let flat: Costs = [(LAT[0], 0.0, 0.0), (LAT[1], 0.0, 0.0)];
-    let cells = variant(&args, &mut page, "batch-independent steps", &flat, "independent.svg")?;
+    let cells = variant(
+        &args,
+        &mut page,
+        "batch-independent steps",
+        &flat,
+        "independent.svg",
+    )?;
     summary(&mut page, &cells, true);
 
-    if let Some(model) = &args.profile_model {
-        page.section("2. Batch-dependent steps (profile of the CPU engine)");
-        let prof = profile::measure(model, &args.profile_batches, 64, 8)?;
-        let rel: RelativeCosts = prof.relative();
-        let costs: Costs = [rel.scaled(LAT[0]), rel.scaled(LAT[1])];
-        let measured: Vec<String> = prof.decode_ms.iter().map(|(b, ms)| format!("B={b}: {ms:.1} ms")).collect();
-        page.para(&format!(
-            "Profile measured at the start of this run with the tch engine on this machine (SmolLM2-135M, f32, \
-             greedy decode steps; prefill of one {}-token prompt: {:.1} ms): {}. Fitted as \
+    match args.profile.as_deref().filter(|p| p.exists()) {
+        Some(path) => {
+            page.section("2. Batch-dependent steps (a measured engine profile)");
+            let prof = StepProfile::load(path)?;
+            let rel: RelativeCosts = prof.relative();
+            let costs: Costs = [rel.scaled(LAT[0]), rel.scaled(LAT[1])];
+            let measured: Vec<String> = prof
+                .decode_ms
+                .iter()
+                .map(|(b, ms)| format!("B={b}: {ms:.1} ms"))
+                .collect();
+            page.para(&format!(
+            "Profile `{}` (written by `make bench-engine`: SmolLM2-135M, f32, bare forward, greedy decode \
+             steps; prefill of one {}-token prompt: {:.1} ms): {}. Fitted as \
              `step = L × ({:.3} + {:.4} × sequences + {:.4} × new tokens)`, with L = {} / {} ms, so a \
              one-sequence decode step keeps the paper's latency and a batch of 16 costs {:.2}× as much. \
              The chain gets the decode-step table `L × ({:.3} + {:.4} × B)`; it does not model prefill.",
+            path.file_name().and_then(|f| f.to_str()).unwrap_or("profile"),
             prof.prefill_tokens,
             prof.prefill_ms,
             measured.join(", "),
@@ -261,10 +317,20 @@ fn main() -> Result<()> {
             rel.base,
             rel.per_seq + rel.per_token,
         ));
-        let cells = variant(&args, &mut page, "batch-dependent steps", &costs, "dependent.svg")?;
-        summary(&mut page, &cells, false);
-    } else {
-        page.para("Batch-dependent run skipped: no `--profile-model` given.");
+            let cells = variant(
+                &args,
+                &mut page,
+                "batch-dependent steps",
+                &costs,
+                "dependent.svg",
+            )?;
+            summary(&mut page, &cells, false);
+        }
+        None => {
+            page.para(
+                "Batch-dependent run skipped: no engine profile (run `make bench-engine` first).",
+            );
+        }
     }
     print!("{}", page.render());
     if let Some(out) = &args.out {

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use loadgen::page::Page;
 use rand::{Rng, SeedableRng};
-use subserver::bench::profile::decode_run;
+use subserver::bench::profile::{decode_run, StepProfile};
 use subserver::config::KvBudget;
 use subserver::engine::EngineLimits;
 use subserver::policy::{build, Placement};
@@ -42,6 +42,9 @@ struct Args {
     threads: i32,
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Save the bare forward's step profile (JSON) for `bench-ablation`.
+    #[arg(long)]
+    profile_out: Option<PathBuf>,
 }
 
 /// Decode tokens/s of the engine: `batch` requests submitted at once; the
@@ -154,8 +157,18 @@ fn main() -> Result<()> {
         args.gen_tokens, args.prompt_tokens, args.threads
     ));
     let mut rows = Vec::new();
+    let mut profile = StepProfile {
+        decode_ms: Vec::new(),
+        prefill_tokens: args.prompt_tokens,
+        prefill_ms: f64::NAN,
+    };
     for &b in &args.batches {
-        let (_, step_ms) = decode_run(&args.model, b, args.prompt_tokens, args.gen_tokens)?;
+        let (prefill_ms, step_ms) =
+            decode_run(&args.model, b, args.prompt_tokens, args.gen_tokens)?;
+        profile.decode_ms.push((b, step_ms));
+        if b == 1 {
+            profile.prefill_ms = prefill_ms;
+        }
         let bare = b as f64 * 1e3 / step_ms;
         let eng = engine(&args, b)?;
         let hf = theirs(&args, b)?;
@@ -181,6 +194,32 @@ fn main() -> Result<()> {
         ],
         &rows,
     );
+    if let Some(path) = &args.profile_out {
+        if profile.prefill_ms.is_nan() {
+            profile.prefill_ms = decode_run(&args.model, 1, args.prompt_tokens, 1)?.0;
+        }
+        let rel = profile.relative();
+        page.para(&format!(
+            "Step profile of the bare forward (saved for `make bench-ablation`): decode steps {}; \
+             prefill of one {}-token prompt {:.1} ms. As fractions of a one-sequence decode step: \
+             base {:.3}, per sequence {:.4}, per new token {:.4}.",
+            profile
+                .decode_ms
+                .iter()
+                .map(|(b, ms)| format!("B={b}: {ms:.1} ms"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            profile.prefill_tokens,
+            profile.prefill_ms,
+            rel.base,
+            rel.per_seq,
+            rel.per_token
+        ));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_vec_pretty(&profile)?)?;
+    }
     print!("{}", page.render());
     if let Some(path) = &args.out {
         page.write(path)

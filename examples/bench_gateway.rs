@@ -406,8 +406,16 @@ async fn main() -> anyhow::Result<()> {
     page.table(
         &["path", "mean e2e (s)", "p50 e2e (s)"],
         &[
-            vec!["direct".to_string(), format!("{d_mean:.4}"), format!("{d_p50:.4}")],
-            vec!["gateway".to_string(), format!("{g_mean:.4}"), format!("{g_p50:.4}")],
+            vec![
+                "direct".to_string(),
+                format!("{d_mean:.4}"),
+                format!("{d_p50:.4}"),
+            ],
+            vec![
+                "gateway".to_string(),
+                format!("{g_mean:.4}"),
+                format!("{g_p50:.4}"),
+            ],
         ],
     );
     page.para(&format!(

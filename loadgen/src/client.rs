@@ -126,7 +126,10 @@ impl Outcome {
             self.completion_tokens = n("completion_tokens").unwrap_or(self.completion_tokens);
             self.prompt_tokens = n("prompt_tokens").unwrap_or(0);
             self.switches = n("switches").or(self.switches);
-            if let Some(by) = u.get("completion_tokens_by_model").and_then(Value::as_object) {
+            if let Some(by) = u
+                .get("completion_tokens_by_model")
+                .and_then(Value::as_object)
+            {
                 for (k, v) in by {
                     self.tokens_by_model
                         .insert(k.clone(), v.as_u64().unwrap_or(0) as usize);
@@ -268,14 +271,23 @@ mod tests {
     fn every_token_of_a_multi_token_chunk_gets_a_stamp() {
         let mut o = Outcome::default();
         let ms = Duration::from_millis;
-        o.apply(&json!({"choices": [{"text": "", "token_sources": []}]}), ms(1));
+        o.apply(
+            &json!({"choices": [{"text": "", "token_sources": []}]}),
+            ms(1),
+        );
         assert!(o.ttft.is_none());
         o.apply(
             &json!({"choices": [{"text": "ab", "token_sources": ["quick", "quick"]}]}),
             ms(10),
         );
-        o.apply(&json!({"choices": [{"text": "c", "token_sources": ["reference"]}]}), ms(40));
-        o.apply(&json!({"choices": [{"delta": {"content": "d"}, "finish_reason": "length"}]}), ms(50));
+        o.apply(
+            &json!({"choices": [{"text": "c", "token_sources": ["reference"]}]}),
+            ms(40),
+        );
+        o.apply(
+            &json!({"choices": [{"delta": {"content": "d"}, "finish_reason": "length"}]}),
+            ms(50),
+        );
         o.apply(
             &json!({"choices": [], "usage": {"completion_tokens": 4, "prompt_tokens": 3,
                 "completion_tokens_by_model": {"quick": 2, "reference": 2}, "switches": 1}}),

@@ -55,7 +55,11 @@ pub fn texts_by_index(csv: &str) -> BTreeMap<usize, String> {
         return BTreeMap::new();
     };
     let mut best: BTreeMap<usize, (usize, String)> = BTreeMap::new();
-    for r in rows.iter().skip(1).filter(|r| r.len() == header.len() && r[s] == "200") {
+    for r in rows
+        .iter()
+        .skip(1)
+        .filter(|r| r.len() == header.len() && r[s] == "200")
+    {
         let (Ok(conc), Ok(idx)) = (r[c].parse::<usize>(), r[i].parse::<usize>()) else {
             continue;
         };
@@ -94,7 +98,11 @@ pub fn agreement(
         return None;
     }
     let n = pairs.len() as f64;
-    let mean = pairs.iter().map(|(t, r)| prefix_agreement(t, r)).sum::<f64>() / n;
+    let mean = pairs
+        .iter()
+        .map(|(t, r)| prefix_agreement(t, r))
+        .sum::<f64>()
+        / n;
     let exact = pairs.iter().filter(|(t, r)| t.trim() == r.trim()).count() as f64 / n;
     Some((mean, exact, pairs.len()))
 }
@@ -129,7 +137,12 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 /// Adds the throughput/latency table and charts of `runs` to `page`; the
 /// charts go to `assets` (a folder beside the page, named `rel` in links).
-pub fn add_runs(page: &mut Page, runs: &[Run], assets: &Path, rel: &str) -> Result<(), OutputError> {
+pub fn add_runs(
+    page: &mut Page,
+    runs: &[Run],
+    assets: &Path,
+    rel: &str,
+) -> Result<(), OutputError> {
     let mut rows = Vec::new();
     for r in runs {
         for s in &r.summaries {
@@ -150,15 +163,29 @@ pub fn add_runs(page: &mut Page, runs: &[Run], assets: &Path, rel: &str) -> Resu
     }
     page.table(
         &[
-            "method", "N", "output tok/s", "req/s", "TTFT p50 (ms)", "ITL p50 (ms)",
-            "ITL p99 (ms)", "e2e p50 (s)", "large share", "switches / 100 tok", "ok",
+            "method",
+            "N",
+            "output tok/s",
+            "req/s",
+            "TTFT p50 (ms)",
+            "ITL p50 (ms)",
+            "ITL p99 (ms)",
+            "e2e p50 (s)",
+            "large share",
+            "switches / 100 tok",
+            "ok",
         ],
         &rows,
     );
-    let series: Vec<(String, Vec<Summary>)> =
-        runs.iter().map(|r| (r.label.clone(), r.summaries.clone())).collect();
+    let series: Vec<(String, Vec<Summary>)> = runs
+        .iter()
+        .map(|r| (r.label.clone(), r.summaries.clone()))
+        .collect();
     plot_runs(assets, &series)?;
-    page.image("throughput against concurrency", &format!("{rel}/throughput.svg"));
+    page.image(
+        "throughput against concurrency",
+        &format!("{rel}/throughput.svg"),
+    );
     page.image("latency against concurrency", &format!("{rel}/latency.svg"));
     Ok(())
 }
@@ -199,8 +226,13 @@ pub fn add_quality(
     }
     page.table(
         &[
-            "method", "large share", "agreement (word prefix)", "exact match", "prompts",
-            "output tok/s", "at N",
+            "method",
+            "large share",
+            "agreement (word prefix)",
+            "exact match",
+            "prompts",
+            "output tok/s",
+            "at N",
         ],
         &rows,
     );
@@ -212,7 +244,10 @@ pub fn add_quality(
         &points,
         Style::Points,
     )?;
-    page.image("large share against agreement", &format!("{rel}/pareto.svg"));
+    page.image(
+        "large share against agreement",
+        &format!("{rel}/pareto.svg"),
+    );
     Ok(())
 }
 
@@ -229,12 +264,24 @@ pub fn add_eval(page: &mut Page, reports: &[EvalReport]) {
                     .map_or_else(|| "–".into(), |s| format!("{:.1}%", s * 100.0)),
                 format!("{:.1}", r.wall_s),
                 r.output_tokens.to_string(),
-                r.items.iter().filter(|g| g.error.is_some()).count().to_string(),
+                r.items
+                    .iter()
+                    .filter(|g| g.error.is_some())
+                    .count()
+                    .to_string(),
             ]
         })
         .collect();
     page.table(
-        &["method", "correct", "accuracy", "large-model share", "time (s)", "output tokens", "failed requests"],
+        &[
+            "method",
+            "correct",
+            "accuracy",
+            "large-model share",
+            "time (s)",
+            "output tokens",
+            "failed requests",
+        ],
         &rows,
     );
 }
@@ -267,7 +314,8 @@ mod tests {
         assert_eq!(prefix_agreement("a b x d", "a b c d"), 0.5);
         assert_eq!(prefix_agreement("", "a"), 0.0);
         let r: BTreeMap<usize, String> = [(0, "a b".into()), (1, "c d".into())].into();
-        let t: BTreeMap<usize, String> = [(0, "a b".into()), (1, "c e".into()), (2, "z".into())].into();
+        let t: BTreeMap<usize, String> =
+            [(0, "a b".into()), (1, "c e".into()), (2, "z".into())].into();
         let (mean, exact, n) = agreement(&t, &r).unwrap();
         assert_eq!(n, 2);
         assert!((mean - 0.75).abs() < 1e-12);

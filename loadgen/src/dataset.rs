@@ -99,9 +99,7 @@ pub fn record(v: &Value) -> Result<Prompt, String> {
     let (text, reply) = match string_at(v, &PROMPT_KEYS) {
         Some(t) => (t, None),
         None => chat_turns(v).ok_or_else(|| {
-            format!(
-                "no prompt: expected one of {PROMPT_KEYS:?}, `messages` or `conversations`"
-            )
+            format!("no prompt: expected one of {PROMPT_KEYS:?}, `messages` or `conversations`")
         })?,
     };
     Ok(Prompt {
@@ -186,7 +184,11 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         writeln!(f, r#"{{"question": "2+2?", "answer": "It is 4.\n#### 4"}}"#).unwrap();
         writeln!(f).unwrap();
-        writeln!(f, r#"{{"problem": "x?", "solution": "\\boxed{{3}}", "answer": "3"}}"#).unwrap();
+        writeln!(
+            f,
+            r#"{{"problem": "x?", "solution": "\\boxed{{3}}", "answer": "3"}}"#
+        )
+        .unwrap();
         writeln!(
             f,
             r#"{{"conversations": [{{"from": "human", "value": "hi"}}, {{"from": "gpt", "value": "hello"}}]}}"#
@@ -217,7 +219,10 @@ mod tests {
         let e = load(g.path()).unwrap_err().to_string();
         assert!(e.contains(":2: no prompt"), "{e}");
         let empty = tempfile::NamedTempFile::new().unwrap();
-        assert!(load(empty.path()).unwrap_err().to_string().contains("no prompts"));
+        assert!(load(empty.path())
+            .unwrap_err()
+            .to_string()
+            .contains("no prompts"));
     }
 
     #[test]

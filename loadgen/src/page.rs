@@ -109,7 +109,11 @@ pub fn markdown_table<S: AsRef<str>>(header: &[&str], rows: &[Vec<S>]) -> String
     let _ = writeln!(
         out,
         "| {} |",
-        header.iter().map(|h| esc(h)).collect::<Vec<_>>().join(" | ")
+        header
+            .iter()
+            .map(|h| esc(h))
+            .collect::<Vec<_>>()
+            .join(" | ")
     );
     let _ = writeln!(out, "|{}", "---|".repeat(header.len()));
     for row in rows {

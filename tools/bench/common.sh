@@ -40,6 +40,7 @@ model:
     path: $3
 system:
   entry_model: $2
+scheduler_class: Single
 backend: tch
 device: cpu
 dtype: f32
@@ -53,7 +54,7 @@ bench_serve() {
   local label=$1 config=$2; shift 2
   "$HERE/with_server.sh" "$RAW/$label/server.log" auto -- \
     "$BIN" serve --config "$config" --host 127.0.0.1 --port 0 --- \
-    "$BIN" bench --url "{URL}" --large-model reference --label "$label" \
+    "$BIN" bench --url "{URL}" --model default --large-model reference --label "$label" \
     --out "$RAW/$label" --no-progress "$@"
 }
 

@@ -7,7 +7,7 @@ source "$(dirname "$0")/common.sh"
 NS=${NS:-1,4,8}
 PROMPTS=${PROMPTS:-16}
 MAX_TOKENS=${MAX_TOKENS:-128}
-TAUS=${TAUS:-0.2 0.4 0.6}
+TAUS=${TAUS:-0.05 0.1 0.2}
 PAGE=${PAGE:-$ROOT/docs/results/cpu.md}
 DATA=${DATA:-$ROOT/data/eval/math30.jsonl}
 common=(--dataset "$DATA" --concurrency "$NS" --num-prompts "$PROMPTS" --max-tokens "$MAX_TOKENS" --warmup 1)

@@ -6,7 +6,7 @@ source "$(dirname "$0")/common.sh"
 LIMIT=${LIMIT:-30}
 MAX_TOKENS=${MAX_TOKENS:-256}
 N=${N:-4}
-TAU=${TAU:-0.4}
+TAU=${TAU:-0.1}
 PAGE=${PAGE:-$ROOT/docs/results/eval.md}
 DATA=${DATA:-$ROOT/data/eval/math30.jsonl}
 mkdir -p "$RAW/eval"
@@ -15,7 +15,7 @@ ev() { # LABEL CONFIG
   args+=(--eval "$RAW/eval/$1.json")
   "$HERE/with_server.sh" "$RAW/eval/$1.log" auto -- \
     "$BIN" serve --config "$2" --host 127.0.0.1 --port 0 --- \
-    "$BIN" eval --url "{URL}" --large-model reference --label "$1" --dataset "$DATA" \
+    "$BIN" eval --url "{URL}" --model default --large-model reference --label "$1" --dataset "$DATA" \
     --limit "$LIMIT" --max-tokens "$MAX_TOKENS" --concurrency "$N" --no-progress \
     --out "$RAW/eval/$1.json"
 }

@@ -77,7 +77,11 @@ pub fn plot_runs(dir: &Path, runs: &[(String, Vec<Summary>)]) -> Result<(), Outp
     let p = |f: fn(&Spread) -> f64, s: Option<Spread>| s.map(|s| f(&s));
     let mut lat = Vec::new();
     for (l, s) in runs {
-        lat.push(line(format!("{l} TTFT p50"), &|x| p(|s| s.p50, x.ttft_ms), s));
+        lat.push(line(
+            format!("{l} TTFT p50"),
+            &|x| p(|s| s.p50, x.ttft_ms),
+            s,
+        ));
         lat.push(line(format!("{l} ITL p50"), &|x| p(|s| s.p50, x.itl_ms), s));
         lat.push(line(format!("{l} ITL p99"), &|x| p(|s| s.p99, x.itl_ms), s));
     }

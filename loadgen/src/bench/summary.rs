@@ -74,8 +74,9 @@ impl Summary {
             .filter_map(|r| r.outcome.switches.map(|s| (s, r.outcome.completion_tokens)))
             .collect();
         let switch_tokens: usize = reported.iter().map(|x| x.1).sum();
-        let switches_per_100_tokens = (switch_tokens > 0)
-            .then(|| reported.iter().map(|x| x.0).sum::<usize>() as f64 * 100.0 / switch_tokens as f64);
+        let switches_per_100_tokens = (switch_tokens > 0).then(|| {
+            reported.iter().map(|x| x.0).sum::<usize>() as f64 * 100.0 / switch_tokens as f64
+        });
         let secs = wall.as_secs_f64().max(1e-9);
         Self {
             concurrency,
@@ -98,7 +99,9 @@ impl Summary {
 
     /// One line for the terminal.
     pub fn line(&self) -> String {
-        let p = |s: &Option<Spread>| s.map_or_else(|| "-".into(), |s| format!("{:.1}/{:.1}", s.p50, s.p99));
+        let p = |s: &Option<Spread>| {
+            s.map_or_else(|| "-".into(), |s| format!("{:.1}/{:.1}", s.p50, s.p99))
+        };
         let share = self
             .large_model_share
             .map_or_else(String::new, |s| format!(", large share {:.3}", s));
@@ -144,7 +147,11 @@ mod tests {
 
     #[test]
     fn summary_counts_only_completed_requests() {
-        let records = vec![rec(0, 10, 3, 2, true), rec(1, 30, 7, 4, true), rec(2, 50, 50, 0, false)];
+        let records = vec![
+            rec(0, 10, 3, 2, true),
+            rec(1, 30, 7, 4, true),
+            rec(2, 50, 50, 0, false),
+        ];
         let s = Summary::of(&records, 2, Duration::from_secs(2), Some("reference"));
         assert_eq!((s.completed, s.failed), (2, 1));
         assert_eq!(s.first_error.as_deref(), Some("HTTP 429"));
@@ -158,6 +165,8 @@ mod tests {
         assert_eq!(s.itl_ms.unwrap().p50, 10.0);
         assert!(s.line().contains("large share 0.250"));
         // Without a named large model, or with no writer data, no share.
-        assert!(Summary::of(&records, 2, Duration::from_secs(1), None).large_model_share.is_none());
+        assert!(Summary::of(&records, 2, Duration::from_secs(1), None)
+            .large_model_share
+            .is_none());
     }
 }

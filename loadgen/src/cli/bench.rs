@@ -71,7 +71,11 @@ pub fn run_cli(args: BenchArgs) -> Result<()> {
             seed: args.target.seed,
             progress: !args.target.no_progress,
         };
-        let (mut r, s) = rt.block_on(run(&settings, prompts.clone(), args.target.large_model.as_deref()));
+        let (mut r, s) = rt.block_on(run(
+            &settings,
+            prompts.clone(),
+            args.target.large_model.as_deref(),
+        ));
         println!("{}", s.line());
         if s.completed == 0 {
             bail!(
@@ -85,7 +89,10 @@ pub fn run_cli(args: BenchArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         output::write_all(dir, &records, &summaries, &args.label)
             .with_context(|| format!("writing {}", dir.display()))?;
-        eprintln!("wrote {}/{{requests.csv,summary.json,throughput.svg,latency.svg}}", dir.display());
+        eprintln!(
+            "wrote {}/{{requests.csv,summary.json,throughput.svg,latency.svg}}",
+            dir.display()
+        );
     } else {
         println!("{}", serde_json::to_string_pretty(&summaries)?);
     }

@@ -15,8 +15,8 @@ pub struct Target {
     /// Base URL of an OpenAI-compatible server.
     #[arg(long, default_value = "http://127.0.0.1:30000")]
     pub url: String,
-    /// `model` field of each request.
-    #[arg(long, default_value = "tokenrouter")]
+    /// `model` field of each request (our gateway's default name is `default`).
+    #[arg(long, default_value = "default")]
     pub model: String,
     /// Endpoint to call.
     #[arg(long, value_enum, default_value_t = Endpoint::Chat)]

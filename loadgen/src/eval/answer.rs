@@ -25,7 +25,10 @@ pub fn last_boxed(text: &str) -> Option<String> {
         None
     } else {
         // `\boxed 5` (no braces): up to the next space or `$`.
-        let word: String = rest.chars().take_while(|c| !c.is_whitespace() && *c != '$').collect();
+        let word: String = rest
+            .chars()
+            .take_while(|c| !c.is_whitespace() && *c != '$')
+            .collect();
         (!word.is_empty()).then_some(word)
     }
 }
@@ -38,7 +41,8 @@ pub fn last_number(text: &str) -> Option<String> {
     let mut i = 0;
     while i < chars.len() {
         let starts_num = chars[i].is_ascii_digit()
-            || (chars[i] == '-' && chars.get(i + 1).is_some_and(char::is_ascii_digit)
+            || (chars[i] == '-'
+                && chars.get(i + 1).is_some_and(char::is_ascii_digit)
                 && (i == 0 || !chars[i - 1].is_alphanumeric()));
         if !starts_num {
             i += 1;
@@ -96,16 +100,28 @@ mod tests {
 
     #[test]
     fn boxed_with_nested_braces_wins() {
-        assert_eq!(last_boxed(r"so \boxed{\frac{1}{2}}."), Some(r"\frac{1}{2}".into()));
-        assert_eq!(last_boxed(r"\boxed{1} then \boxed{ 42 }"), Some("42".into()));
+        assert_eq!(
+            last_boxed(r"so \boxed{\frac{1}{2}}."),
+            Some(r"\frac{1}{2}".into())
+        );
+        assert_eq!(
+            last_boxed(r"\boxed{1} then \boxed{ 42 }"),
+            Some("42".into())
+        );
         assert_eq!(last_boxed(r"$\boxed 7$"), Some("7".into()));
         assert_eq!(last_boxed(r"\boxed{unclosed"), None);
-        assert_eq!(extract_answer(r"2+2=4, so \boxed{4}. Then 5"), Some("4".into()));
+        assert_eq!(
+            extract_answer(r"2+2=4, so \boxed{4}. Then 5"),
+            Some("4".into())
+        );
     }
 
     #[test]
     fn falls_back_to_answer_markers_then_the_last_number() {
-        assert_eq!(extract_answer("The answer is 1,250 apples.\nCheck: 3"), Some("1,250".into()));
+        assert_eq!(
+            extract_answer("The answer is 1,250 apples.\nCheck: 3"),
+            Some("1,250".into())
+        );
         assert_eq!(extract_answer("x = 3 and y = -12."), Some("-12".into()));
         assert_eq!(extract_answer("Half is 3/4 of 1.5"), Some("1.5".into()));
         assert_eq!(extract_answer("about 3/4."), Some("3/4".into()));
@@ -116,8 +132,14 @@ mod tests {
 
     #[test]
     fn references_from_gsm8k_and_math() {
-        assert_eq!(extract_reference("Natalia sold 48/2 = 24 clips.\n#### 72"), "72");
-        assert_eq!(extract_reference(r"Thus $\boxed{\dfrac{3}{5}}$."), r"\dfrac{3}{5}");
+        assert_eq!(
+            extract_reference("Natalia sold 48/2 = 24 clips.\n#### 72"),
+            "72"
+        );
+        assert_eq!(
+            extract_reference(r"Thus $\boxed{\dfrac{3}{5}}$."),
+            r"\dfrac{3}{5}"
+        );
         assert_eq!(extract_reference(" 18 "), "18");
     }
 }

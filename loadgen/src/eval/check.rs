@@ -78,12 +78,20 @@ fn frac_to_slash(s: &str) -> String {
         let after = i + 5;
         let rest = &s[after..];
         let (num, den, end) = if rest.starts_with('{') {
-            let Some(c1) = matching_brace(&s, after) else { break };
+            let Some(c1) = matching_brace(&s, after) else {
+                break;
+            };
             if !s[c1 + 1..].starts_with('{') {
                 break;
             }
-            let Some(c2) = matching_brace(&s, c1 + 1) else { break };
-            (s[after + 1..c1].to_string(), s[c1 + 2..c2].to_string(), c2 + 1)
+            let Some(c2) = matching_brace(&s, c1 + 1) else {
+                break;
+            };
+            (
+                s[after + 1..c1].to_string(),
+                s[c1 + 2..c2].to_string(),
+                c2 + 1,
+            )
         } else {
             let mut it = rest.chars();
             match (it.next(), it.next()) {
@@ -109,7 +117,12 @@ fn frac_to_slash(s: &str) -> String {
 pub fn parse_number(s: &str) -> Option<f64> {
     let s = s.trim().trim_start_matches('+');
     if let Some((a, b)) = s.split_once('/') {
-        let strip = |x: &str| x.trim().trim_start_matches('(').trim_end_matches(')').to_string();
+        let strip = |x: &str| {
+            x.trim()
+                .trim_start_matches('(')
+                .trim_end_matches(')')
+                .to_string()
+        };
         let (a, b) = (parse_number(&strip(a))?, parse_number(&strip(b))?);
         return (b != 0.0).then(|| a / b);
     }
@@ -126,7 +139,11 @@ pub fn parse_number(s: &str) -> Option<f64> {
         }
     }
     let plain = s.replace(',', "");
-    if plain.is_empty() || !plain.chars().all(|c| c.is_ascii_digit() || c == '.' || c == '-') {
+    if plain.is_empty()
+        || !plain
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '.' || c == '-')
+    {
         return None;
     }
     plain.parse().ok()

@@ -1,14 +1,15 @@
-//! A measured step-time profile of the tch engine on this machine: decode
-//! step time against batch size and one prefill step, fitted to the sim
-//! backend's linear latency model (`base + per_seq * B + per_token * T`).
-//! `make bench-ablation` scales it to GPU-like step times, and `make
-//! bench-engine` reports the bare forward from the same loop.
+//! A measured step-time profile of the tch engine: decode step time against
+//! batch size and one prefill step, fitted to the sim backend's linear
+//! latency model (`base + per_seq * B + per_token * T`). `make bench-engine`
+//! measures it (bare forward) and saves it as JSON beside its page; `make
+//! bench-ablation` reads that file (or a GPU machine's) and scales it to
+//! the paper's step times.
 
 use std::path::Path;
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::config::KvBudget;
 use crate::error::EngineError;
@@ -16,7 +17,7 @@ use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::{ModelRunner, StepBatch, StepItem};
 
 /// Step times of one model.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepProfile {
     /// Mean decode step (ms) per batch size.
     pub decode_ms: Vec<(usize, f64)>,
@@ -120,33 +121,27 @@ pub fn decode_run(
     for _ in 0..steps.max(1) {
         forward(&mut step)?;
     }
-    Ok((prefill_ms, t0.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64))
+    Ok((
+        prefill_ms,
+        t0.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64,
+    ))
 }
 
-/// Measures decode steps at each batch size and a prefill of `prompt_tokens`.
-pub fn measure(
-    model: &Path,
-    batches: &[usize],
-    prompt_tokens: usize,
-    steps: usize,
-) -> Result<StepProfile, EngineError> {
-    let mut decode_ms = Vec::new();
-    let mut prefill_ms = f64::NAN;
-    for &b in batches {
-        let (p, d) = decode_run(model, b, prompt_tokens, steps)?;
-        if b == 1 {
-            prefill_ms = p;
+impl StepProfile {
+    /// Reads a profile saved as JSON.
+    pub fn load(path: &Path) -> Result<Self, EngineError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| EngineError::InvalidRequest(format!("{}: {e}", path.display())))?;
+        let p: Self = serde_json::from_str(&text)
+            .map_err(|e| EngineError::InvalidRequest(format!("{}: {e}", path.display())))?;
+        if p.decode_ms.is_empty() {
+            return Err(EngineError::InvalidRequest(format!(
+                "{}: no decode steps in the profile",
+                path.display()
+            )));
         }
-        decode_ms.push((b, d));
+        Ok(p)
     }
-    if prefill_ms.is_nan() {
-        prefill_ms = decode_run(model, 1, prompt_tokens, 1)?.0;
-    }
-    Ok(StepProfile {
-        decode_ms,
-        prefill_tokens: prompt_tokens,
-        prefill_ms,
-    })
 }
 
 #[cfg(test)]
