@@ -16,7 +16,7 @@ use anyhow::Result;
 use clap::Parser;
 use loadgen::page::Page;
 use loadgen::plot::{chart, Series, Style};
-use operator::tuner::{best, predict, StepLatency, TunerInputs};
+use tuner::{best, predict, StepLatency, TunerInputs};
 use subserver::bench::profile::{RelativeCosts, StepProfile};
 use subserver::bench::sim_bench::{run, BenchMode, SimBenchOptions};
 
