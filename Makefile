@@ -165,7 +165,7 @@ bench-llamacpp: assets venv-llama
 bench-gateway: assets
 	cargo build --release --example bench_gateway
 	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway-bench.yaml \
-	  --out $(ROOT)/docs/results/gateway.md
+	  $(GATEWAY_ARGS) --out $(ROOT)/docs/results/gateway.md
 
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
