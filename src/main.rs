@@ -37,6 +37,8 @@ enum Command {
     StdServing(cli::std_serving::StdServingArgs),
     /// Pick delayed-batching thresholds with the Markov-chain model.
     Tune(tuner::cli::TuneArgs),
+    /// Run the Kubernetes operator (the same as `tokenrouter-operator`).
+    Operator(operator::cli::OperatorArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +63,7 @@ fn main() -> std::process::ExitCode {
         Command::Subserver(args) => cli::subserver::run(args),
         Command::StdServing(args) => cli::std_serving::run(args),
         Command::Tune(args) => tuner::cli::run(args).map_err(anyhow::Error::from),
+        Command::Operator(args) => operator::cli::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
