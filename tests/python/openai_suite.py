@@ -194,8 +194,10 @@ def seeds():
     # Same seed, same text, in every mode (the sim draws its tokens from
     # the request's seed too).
     assert a.choices[0].text == b.choices[0].text, (a, b)
-    g1 = client().completions.create(model=ARGS.served, prompt="1, 2, 3,", max_tokens=8, temperature=0)
-    g2 = client().completions.create(model=ARGS.served, prompt="1, 2, 3,", max_tokens=8, temperature=0)
+    # Greedy, with a seed: a random routing policy (the sim group's
+    # Bernoulli) draws its hand-overs from the request's seed.
+    g1 = client().completions.create(model=ARGS.served, prompt="1, 2, 3,", max_tokens=8, temperature=0, seed=7)
+    g2 = client().completions.create(model=ARGS.served, prompt="1, 2, 3,", max_tokens=8, temperature=0, seed=7)
     assert g1.choices[0].text == g2.choices[0].text, (g1, g2)
 
 

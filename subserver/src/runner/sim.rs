@@ -51,6 +51,7 @@ pub struct SimRunner {
     kv: KvManager,
     latency: Box<dyn StepLatency>,
     rng: ChaCha8Rng,
+    seed: u64,
     logits: bool,
 }
 
@@ -80,6 +81,7 @@ impl SimRunner {
             kv: KvManager::new(num_blocks, block_size, true)?,
             latency,
             rng: ChaCha8Rng::seed_from_u64(seed),
+            seed,
             logits: false,
         })
     }
@@ -89,18 +91,26 @@ impl SimRunner {
     /// logprobs) run. Each row's sharpness is drawn too (standard deviation
     /// `e^u`, u uniform in [-2, 2.5]), so the entropy of the rows spreads
     /// from near-uniform to near-certain and thresholds have something to cut.
+    /// A row depends only on the runner's seed, the position it predicts
+    /// and the token before it, never on what else is in the batch, what ran
+    /// before or how the prompt was chunked or cached: the same request with
+    /// the same sampling seed gets the same text.
     pub fn with_logits(mut self, on: bool) -> Self {
         self.logits = on;
         self
     }
 
-    fn random_logits(&mut self, rows: usize) -> Result<Tensor, EngineError> {
+    fn random_logits(&self, items: &[crate::runner::StepItem]) -> Result<Tensor, EngineError> {
         let v = self.info.vocab_size;
+        let rows = items.len();
         let mut flat = Vec::with_capacity(rows * v);
-        for _ in 0..rows {
-            let scale = self.rng.random_range(-2.0f32..2.5).exp();
+        for item in items {
+            let last = item.tokens.last().copied().unwrap_or(0);
+            let position = item.start + item.tokens.len();
+            let mut rng = ChaCha8Rng::seed_from_u64(row_seed(self.seed, position, last));
+            let scale = rng.random_range(-2.0f32..2.5).exp();
             for t in 0..v {
-                let z: f32 = self.rng.sample(StandardNormal);
+                let z: f32 = rng.sample(StandardNormal);
                 let masked = self.info.eos_ids.contains(&(t as u32));
                 flat.push(if masked { f32::NEG_INFINITY } else { z * scale });
             }
@@ -118,6 +128,18 @@ impl SimRunner {
     }
 }
 
+/// A 64-bit mix (FNV-1a) of the runner's seed, a position and a token.
+fn row_seed(seed: u64, position: usize, token: u32) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
+    for x in [position as u64, u64::from(token)] {
+        for b in x.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
 impl ModelRunner for SimRunner {
     fn info(&self) -> &RunnerInfo {
         &self.info
@@ -131,7 +153,7 @@ impl ModelRunner for SimRunner {
         let ms = self.latency.step_ms(batch.items.len(), batch.num_tokens());
         let out = if self.logits {
             StepOutput {
-                logits: Some(self.random_logits(batch.items.len())?),
+                logits: Some(self.random_logits(&batch.items)?),
                 hidden: None,
                 tokens: None,
                 entropy_sums: None,
@@ -193,6 +215,51 @@ mod tests {
         assert_eq!(toks.len(), 2);
         assert!(toks.iter().all(|&t| t != 0 && t < 100));
         assert_eq!(r.kv_ref().num_requests(), 2);
+    }
+
+    #[test]
+    fn a_logits_row_depends_on_its_item_only() {
+        let mk = || {
+            let lat = LatencyModel::linear(0.0, 0.0, 0.0).unwrap();
+            let mut r = SimRunner::new("s", 50, vec![], Box::new(lat), 256, 16, 9)
+                .unwrap()
+                .with_logits(true);
+            for rid in [1, 7, 8] {
+                r.kv().admit(rid, &[1]).unwrap();
+            }
+            r
+        };
+        let item = |rid, tokens: Vec<u32>| StepItem {
+            rid,
+            start: 0,
+            tokens,
+        };
+        let (mut a, mut b) = (mk(), mk());
+        // `b` ran another step first and batches the item behind another.
+        b.forward(&StepBatch {
+            entropy_items: vec![],
+            items: vec![item(7, vec![3, 4])],
+        })
+        .unwrap();
+        let la = a
+            .forward(&StepBatch {
+                entropy_items: vec![],
+                items: vec![item(1, vec![5, 6, 7])],
+            })
+            .unwrap()
+            .logits
+            .unwrap();
+        let lb = b
+            .forward(&StepBatch {
+                entropy_items: vec![],
+                items: vec![item(8, vec![2]), item(1, vec![5, 6, 7])],
+            })
+            .unwrap()
+            .logits
+            .unwrap();
+        let row = |t: &Tensor, i: i64| Vec::<f32>::try_from(t.get(i)).unwrap();
+        assert_eq!(row(&la, 0), row(&lb, 1));
+        assert_ne!(row(&lb, 0), row(&lb, 1));
     }
 
     #[test]

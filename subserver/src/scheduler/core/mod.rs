@@ -133,6 +133,10 @@ impl<R: ModelRunner> Scheduler<R> {
     fn n_active(&self) -> usize {
         match &self.shared {
             Some(s) => s.active(),
+            // A peer's figure counts only while this model holds state for
+            // some request: once it holds none (the peer died, or its last
+            // message was for a request that already ended) it is stale.
+            None if self.seqs.is_empty() => self.home_active,
             None => self.home_active.max(self.reported_active),
         }
     }
