@@ -54,6 +54,7 @@ fn bench(
         seed: 1,
         prompt_tokens: 16,
         max_batch_wait_ms: 200.0,
+        tch: None,
     })?)
 }
 

@@ -70,6 +70,8 @@ impl Service {
     pub fn start(cfg: &EngineConfig, admin: Option<SocketAddr>) -> Result<Self, ServiceError> {
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
+        crate::cuda::metrics::register(&registry)
+            .map_err(|e| ServiceError::Unsupported(format!("CUDA graph metrics: {e}")))?;
         let members = build::members(cfg)?;
         let group = Arc::new(Group::start_with_metrics(
             members,
