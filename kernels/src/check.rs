@@ -4,12 +4,17 @@
 //! Rules: a float passes when its relative error (against
 //! `max(|reference|, 1e-2)`, so values near 0 are compared absolutely) is
 //! within the tolerance; equal infinities pass; `NaN` passes only where the
-//! reference is `NaN` too, and a `NaN` error never passes (every test is
-//! written as `err <= tol`, false for `NaN`). Top-k must be the same
+//! reference is `NaN` too, and a `NaN` error never passes ([`within`] is
+//! `err <= tol`, false for `NaN`). Top-k must be the same
 //! indices in the same order with the same values.
 
 use crate::sampling::SampleParams;
 use crate::signals::RoutingSignals;
+
+/// Whether an error is within `tol`; a `NaN` error never is.
+pub fn within(err: f32, tol: f32) -> bool {
+    err <= tol
+}
 
 /// Relative error of `got` against `want` (see the module docs); `0` for
 /// matching `NaN`s or infinities, `NaN` for any other `NaN` mismatch.
@@ -44,7 +49,7 @@ pub fn compare_signals(
         ),
     ] {
         let e = rel_err(g, w);
-        if !(e <= tol) {
+        if !within(e, tol) {
             return Err(format!("{name}: got {g}, want {w} (rel err {e})"));
         }
         worst = worst.max(e);
@@ -173,8 +178,8 @@ mod tests {
 
     #[test]
     fn nan_never_passes_and_infinities_must_match() {
-        assert!(!(rel_err(f32::NAN, 1.0) <= 1.0));
-        assert!(!(rel_err(1.0, f32::NAN) <= 1.0));
+        assert!(!within(rel_err(f32::NAN, 1.0), 1.0));
+        assert!(!within(rel_err(1.0, f32::NAN), 1.0));
         assert_eq!(rel_err(f32::NAN, f32::NAN), 0.0);
         assert_eq!(rel_err(f32::NEG_INFINITY, f32::NEG_INFINITY), 0.0);
         assert!(rel_err(f32::INFINITY, 1e30).is_nan());

@@ -14,6 +14,9 @@ use std::process::ExitCode;
 use kernels::check::{compare_signals, round_bf16, test_params, test_rows};
 use kernels::{routing_signals, routing_signals_one_pass, sample_row, RoutingSignals};
 
+/// Per row: a token, or the kernel's error code (-1: +inf logit, -2: no finite logit).
+type Tokens = Vec<Result<u32, i32>>;
+
 struct Args {
     backend: String,
     rows: usize,
@@ -66,15 +69,16 @@ fn device_signals(a: &Args, rows: &[Vec<f32>], bf16: bool) -> Result<Vec<Routing
     }
 }
 
+/// Keeps a device buffer alive while the kernels read it.
 #[cfg(feature = "cuda")]
-fn upload(
-    rows: &[Vec<f32>],
-    bf16: bool,
-) -> Result<(Box<dyn std::any::Any>, kernels::cuda::DeviceLogits), String> {
+type Keep = Box<dyn std::any::Any>;
+
+#[cfg(feature = "cuda")]
+fn upload(rows: &[Vec<f32>], bf16: bool) -> Result<(Keep, kernels::cuda::DeviceLogits), String> {
     use kernels::cuda::{DeviceBuffer, DeviceLogits, LogitsType};
     let cols = rows[0].len();
     let flat: Vec<f32> = rows.concat();
-    let (buf, ptr, dtype): (Box<dyn std::any::Any>, *const std::ffi::c_void, _) = if bf16 {
+    let (buf, ptr, dtype): (Keep, *const std::ffi::c_void, _) = if bf16 {
         let b: Vec<u16> = flat
             .iter()
             .map(|&x| half::bf16::from_f32(x).to_bits())
@@ -111,11 +115,7 @@ fn cuda_signals(_: &Args, _: &[Vec<f32>], _: bool) -> Result<Vec<RoutingSignals>
 
 /// Tokens sampled on the device, or `None` on the CPU backend.
 #[cfg(feature = "cuda")]
-fn device_samples(
-    a: &Args,
-    rows: &[Vec<f32>],
-    bf16: bool,
-) -> Result<Option<Vec<Result<u32, i32>>>, String> {
+fn device_samples(a: &Args, rows: &[Vec<f32>], bf16: bool) -> Result<Option<Tokens>, String> {
     if a.backend == "cpu" {
         return Ok(None);
     }
@@ -130,11 +130,7 @@ fn device_samples(
 }
 
 #[cfg(not(feature = "cuda"))]
-fn device_samples(
-    a: &Args,
-    _: &[Vec<f32>],
-    _: bool,
-) -> Result<Option<Vec<Result<u32, i32>>>, String> {
+fn device_samples(a: &Args, _: &[Vec<f32>], _: bool) -> Result<Option<Tokens>, String> {
     if a.backend == "cpu" {
         Ok(None)
     } else {

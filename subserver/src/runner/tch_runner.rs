@@ -282,7 +282,17 @@ impl ModelRunner for TchRunner {
 
 #[cfg(test)]
 mod tests {
-    use tch::Device;
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use tch::{Device, Kind, Tensor};
+
+    use super::{TchRunner, TchRunnerOptions};
+    use crate::model::decoder::Decoder;
+    use crate::model::dir::ModelDir;
+    use crate::model::weights::Weights;
+    use crate::runner::memory::KvBudget;
+    use crate::runner::testing::{random_weights, tiny_config};
 
     use crate::cuda::graphs::eager::EagerGraphs;
     use crate::cuda::graphs::GraphCounts;
@@ -402,11 +412,33 @@ mod tests {
         }
     }
 
+    /// A tiny runner over copies of `w` (one set of weights for both runs
+    /// of a comparison: the seeded generator is process-global, and tests
+    /// run in parallel).
+    fn runner_with(w: &HashMap<String, Tensor>) -> TchRunner {
+        let cfg = tiny_config();
+        let path = Path::new("tiny-random");
+        let map = w.iter().map(|(k, v)| (k.clone(), v.copy())).collect();
+        let decoder =
+            Decoder::new(&cfg, Weights::from_map(path, map), Kind::Float, Device::Cpu).unwrap();
+        let dir = ModelDir {
+            path: path.to_path_buf(),
+            config: cfg,
+        };
+        let mut opts = TchRunnerOptions::new(path);
+        opts.kv_budget = KvBudget::Tokens(512);
+        opts.block_size = 4;
+        TchRunner::with_decoder(decoder, &dir, &opts).unwrap()
+    }
+
     /// Greedy decoding of three requests (one leaves after three steps, so
     /// the batch bucket changes), with or without decode graphs.
-    fn decode_three(graphs: bool) -> (Vec<Vec<u32>>, Vec<Vec<f32>>, Option<GraphCounts>) {
+    fn decode_three(
+        w: &HashMap<String, Tensor>,
+        graphs: bool,
+    ) -> (Vec<Vec<u32>>, Vec<Vec<f32>>, Option<GraphCounts>) {
         let prompts: Vec<Vec<u32>> = vec![vec![3, 14, 15], vec![9, 2, 6, 5, 3, 5], vec![8, 1]];
-        let mut r = tiny_runner(512, 4).unwrap();
+        let mut r = runner_with(w);
         if graphs {
             let (cap, pad) = (r.info().max_context, r.pad_slot());
             r.set_exec(CudaExec::with_graph_api(EagerGraphs, cap, pad, Device::Cpu));
@@ -445,9 +477,10 @@ mod tests {
 
     #[test]
     fn graph_decode_at_padded_buckets_matches_eager_decoding() {
-        let (want_toks, want_rows, none) = decode_three(false);
+        let w = random_weights(&tiny_config(), 3);
+        let (want_toks, want_rows, none) = decode_three(&w, false);
         assert_eq!(none, None);
-        let (toks, rows, counts) = decode_three(true);
+        let (toks, rows, counts) = decode_three(&w, true);
         assert_eq!(toks, want_toks);
         for (a, b) in rows.iter().zip(&want_rows) {
             let diff = a
