@@ -11,8 +11,8 @@
 //! of one in-process group may expose the same registry.
 
 use super::exposition::{parse_exposition, MetricsText, Sample};
-use crate::tuner::error::TunerError;
-use crate::tuner::inputs::{StepLatency, TunerInputs};
+use crate::error::TunerError;
+use crate::inputs::{StepLatency, TunerInputs};
 use std::collections::HashMap;
 
 const TRANSITIONS: &str = "tokenrouter:route_transitions_total";
