@@ -166,7 +166,7 @@ cuda-compile: nvcc venv
 # The GPU check's plumbing on the CPU (tiny models, short runs).
 gpu-check-dry: assets venv-ref
 	cargo build --release --bin tokenrouter
-	NVCC=$(NVCC) cargo build --release -p kernels --bin kernel-check
+	cargo build --release -p kernels --bin kernel-check
 	rm -rf $(DRY_BUNDLE) && mkdir -p $(DRY_BUNDLE)/bin
 	ln -s $(BIN) $(TARGET_DIR)/release/kernel-check $(DRY_BUNDLE)/bin/
 	ln -s $(ASSETS)/qwen3-tokenizer $(DRY_BUNDLE)/qwen3-tokenizer

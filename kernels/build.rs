@@ -12,12 +12,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
+    if env::var_os("CARGO_FEATURE_CUDA").is_none() {
+        // Editing a .cu file must not rebuild the CPU crate.
+        println!("cargo:rerun-if-changed=build.rs");
+        return;
+    }
     println!("cargo:rerun-if-changed=cuda");
     for var in ["NVCC", "TOKENROUTER_CUDA_ARCHS", "CUDA_LIB_DIR"] {
         println!("cargo:rerun-if-env-changed={var}");
-    }
-    if env::var_os("CARGO_FEATURE_CUDA").is_none() {
-        return;
     }
     if let Err(e) = build_cuda() {
         panic!("kernels: the `cuda` feature could not be built: {e}");

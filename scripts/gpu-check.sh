@@ -203,14 +203,16 @@ GRAPH_CFGS=(off)
 bench small-only small_only 1 off on 1,1
 bench large-only large_only 1 off on 1,1
 LS=$(step_ms small-only 1); LL=$(step_ms large-only 1)
+# About a hundred slots for the large model's step keeps the chain small.
+DELTA=$("$PY" -c "import sys; print(max(0.1, round(float(sys.argv[1] or 0) / 100, 2)))" "${LL:-0}")
 declare -A B
-if [ -n "$LS" ] && [ -n "$LL" ] && "$BIN" tune --latencies-ms "$LS,$LL" --transition '[[0.65,0.35],[1,0]]' \
-     --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency "$(IFS=,; echo "${NS[*]}")" --json \
+if [ -n "$LS" ] && [ -n "$LL" ] && timeout 120 "$BIN" tune --latencies-ms "$LS,$LL" --transition '[[0.65,0.35],[1,0]]' \
+     --credit '[[1,0],[1,0]]' --delta-ms "$DELTA" --concurrency "$(IFS=,; echo "${NS[*]}")" --json \
      > "$OUT_DIR/tune.json" 2> "$OUT_DIR/tune.log"; then
   while read -r n b; do B[$n]=$b; done < <("$PY" -c '
 import json, sys
 rows = json.load(open(sys.argv[1]))
-rows = rows["rows"] if isinstance(rows, dict) else rows
+rows = rows["results"] if isinstance(rows, dict) else rows
 for r in rows: print(r["concurrency"], ",".join(map(str, r["thresholds"])))' "$OUT_DIR/tune.json")
   record tune PASS "step ms small $LS, large $LL; B: $(for n in "${NS[@]}"; do printf 'N=%s:%s ' "$n" "${B[$n]:-?}"; done)"
 else

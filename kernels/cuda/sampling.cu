@@ -18,6 +18,17 @@ namespace tr {
 
 constexpr int kSampleThreads = 512;
 
+// Whether id i survives top-k (orderable >= kth) and top-p (key >= cut);
+// `s` gets its scaled logit.
+template <typename T>
+__device__ __forceinline__ bool survives(const T* x, int i, float t, uint32_t kth, uint64_t cut,
+                                         float& s) {
+  const float v = load(x, i);
+  if (!isfinite(v)) return false;
+  s = v / t;
+  return orderable(s) >= kth && rank_key(s, (uint32_t)i) >= cut;
+}
+
 // out_token[row]: the token, or -1 (+inf logit) / -2 (no finite logit).
 template <typename T>
 __global__ void sample_kernel(const T* __restrict__ logits, int cols, long ld,
@@ -107,10 +118,8 @@ __global__ void sample_kernel(const T* __restrict__ logits, int cols, long ld,
   double local = 0.0;
   int last_kept = -1;
   for (int i = lo; i < hi; ++i) {
-    const float v = load(x, i);
-    if (!isfinite(v)) continue;
-    const float s = v / t;
-    if (orderable(s) >= kth && rank_key(s, (uint32_t)i) >= cut) {
+    float s;
+    if (survives(x, i, t, kth, cut, s)) {
       local += exp((double)s - m);
       last_kept = i;
     }
@@ -132,10 +141,8 @@ __global__ void sample_kernel(const T* __restrict__ logits, int cols, long ld,
   double cum = chunk_prefix[threadIdx.x];
   if (cum <= target && cum + local > target) {
     for (int i = lo; i < hi; ++i) {
-      const float v = load(x, i);
-      if (!isfinite(v)) continue;
-      const float s = v / t;
-      if (orderable(s) >= kth && rank_key(s, (uint32_t)i) >= cut) {
+      float s;
+      if (survives(x, i, t, kth, cut, s)) {
         cum += exp((double)s - m);
         if (cum > target) { atomicMin(&found, (unsigned)i); break; }
       }
@@ -162,19 +169,13 @@ static int launch_sample(const void* logits, int rows, int cols, long ld, const 
 }
 
 // C ABI for Rust (kernels/src/cuda.rs). Device pointers, one entry per row;
-// returns a cudaError_t.
-extern "C" int tr_sample_f32(const void* logits, int rows, int cols, long ld,
-                             const float* temperature, const unsigned* top_k, const float* top_p,
-                             const unsigned long long* seed, const unsigned long long* step,
-                             int* out_token, cudaStream_t stream) {
-  return launch_sample<float>(logits, rows, cols, ld, temperature, top_k, top_p, seed, step,
-                              out_token, stream);
-}
-
-extern "C" int tr_sample_bf16(const void* logits, int rows, int cols, long ld,
-                              const float* temperature, const unsigned* top_k, const float* top_p,
-                              const unsigned long long* seed, const unsigned long long* step,
-                              int* out_token, cudaStream_t stream) {
-  return launch_sample<__nv_bfloat16>(logits, rows, cols, ld, temperature, top_k, top_p, seed,
-                                      step, out_token, stream);
+// `bf16` selects __nv_bfloat16 logits (else float); returns a cudaError_t.
+extern "C" int tr_sample(const void* logits, int bf16, int rows, int cols, long ld,
+                         const float* temperature, const unsigned* top_k, const float* top_p,
+                         const unsigned long long* seed, const unsigned long long* step,
+                         int* out_token, cudaStream_t stream) {
+  return bf16 ? launch_sample<__nv_bfloat16>(logits, rows, cols, ld, temperature, top_k, top_p,
+                                             seed, step, out_token, stream)
+              : launch_sample<float>(logits, rows, cols, ld, temperature, top_k, top_p, seed,
+                                     step, out_token, stream);
 }

@@ -54,8 +54,8 @@ __device__ __forceinline__ Online merge(Online a, Online b) {
   return o;
 }
 
-__device__ Online block_merge(Online st, Online* scratch) {
-  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+// Merges the states of a warp into lane 0.
+__device__ Online warp_merge(Online st) {
   for (int o = 16; o > 0; o >>= 1) {
     Online other;
     other.m = __shfl_down_sync(0xffffffffu, st.m, o);
@@ -64,19 +64,18 @@ __device__ Online block_merge(Online st, Online* scratch) {
     other.poisoned = __shfl_down_sync(0xffffffffu, st.poisoned, o);
     st = merge(st, other);
   }
+  return st;
+}
+
+__device__ Online block_merge(Online st, Online* scratch) {
+  const unsigned lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+  st = warp_merge(st);
   if (lane == 0) scratch[warp] = st;
   __syncthreads();
   if (warp == 0) {
     Online v = {-INFINITY, 0.f, 0.f, 0};
     if (lane < (blockDim.x >> 5)) v = scratch[lane];
-    for (int o = 16; o > 0; o >>= 1) {
-      Online other;
-      other.m = __shfl_down_sync(0xffffffffu, v.m, o);
-      other.s = __shfl_down_sync(0xffffffffu, v.s, o);
-      other.w = __shfl_down_sync(0xffffffffu, v.w, o);
-      other.poisoned = __shfl_down_sync(0xffffffffu, v.poisoned, o);
-      v = merge(v, other);
-    }
+    v = warp_merge(v);
     if (lane == 0) scratch[0] = v;
   }
   __syncthreads();
@@ -160,16 +159,12 @@ static int launch_signals(const void* logits, int rows, int cols, long ld, int k
   return (int)cudaGetLastError();
 }
 
-// C ABI for Rust (kernels/src/cuda.rs). Device pointers; returns a cudaError_t.
-extern "C" int tr_routing_signals_f32(const void* logits, int rows, int cols, long ld, int k,
-                                      float* stats, int* top_idx, float* top_val,
-                                      cudaStream_t stream) {
-  return launch_signals<float>(logits, rows, cols, ld, k, stats, top_idx, top_val, stream);
-}
-
-extern "C" int tr_routing_signals_bf16(const void* logits, int rows, int cols, long ld, int k,
-                                       float* stats, int* top_idx, float* top_val,
-                                       cudaStream_t stream) {
-  return launch_signals<__nv_bfloat16>(logits, rows, cols, ld, k, stats, top_idx, top_val,
-                                       stream);
+// C ABI for Rust (kernels/src/cuda.rs). Device pointers; `bf16` selects
+// __nv_bfloat16 logits (else float); returns a cudaError_t.
+extern "C" int tr_routing_signals(const void* logits, int bf16, int rows, int cols, long ld,
+                                  int k, float* stats, int* top_idx, float* top_val,
+                                  cudaStream_t stream) {
+  return bf16 ? launch_signals<__nv_bfloat16>(logits, rows, cols, ld, k, stats, top_idx,
+                                              top_val, stream)
+              : launch_signals<float>(logits, rows, cols, ld, k, stats, top_idx, top_val, stream);
 }

@@ -14,8 +14,9 @@ use crate::signals::RoutingSignals;
 pub const MAX_TOP_K: usize = 32;
 
 extern "C" {
-    fn tr_routing_signals_f32(
+    fn tr_routing_signals(
         logits: *const c_void,
+        bf16: c_int,
         rows: c_int,
         cols: c_int,
         ld: c_long,
@@ -25,32 +26,9 @@ extern "C" {
         top_val: *mut f32,
         stream: *mut c_void,
     ) -> c_int;
-    fn tr_routing_signals_bf16(
+    fn tr_sample(
         logits: *const c_void,
-        rows: c_int,
-        cols: c_int,
-        ld: c_long,
-        k: c_int,
-        stats: *mut f32,
-        top_idx: *mut c_int,
-        top_val: *mut f32,
-        stream: *mut c_void,
-    ) -> c_int;
-    fn tr_sample_f32(
-        logits: *const c_void,
-        rows: c_int,
-        cols: c_int,
-        ld: c_long,
-        temperature: *const f32,
-        top_k: *const c_uint,
-        top_p: *const f32,
-        seed: *const c_ulonglong,
-        step: *const c_ulonglong,
-        out_token: *mut c_int,
-        stream: *mut c_void,
-    ) -> c_int;
-    fn tr_sample_bf16(
-        logits: *const c_void,
+        bf16: c_int,
         rows: c_int,
         cols: c_int,
         ld: c_long,
@@ -231,12 +209,9 @@ pub unsafe fn routing_signals_raw(
     out: &mut SignalsOut,
     stream: *mut c_void,
 ) -> Result<(), CudaError> {
-    let f = match x.dtype {
-        LogitsType::F32 => tr_routing_signals_f32,
-        LogitsType::Bf16 => tr_routing_signals_bf16,
-    };
-    check(f(
+    check(tr_routing_signals(
         x.ptr,
+        c_int::from(x.dtype == LogitsType::Bf16),
         x.rows as c_int,
         x.cols as c_int,
         x.ld as c_long,
@@ -318,12 +293,9 @@ pub unsafe fn sample(
     let s = DeviceBuffer::from_slice(seeds)?;
     let st = DeviceBuffer::from_slice(steps)?;
     let mut out = DeviceBuffer::filled(0i32, x.rows)?;
-    let f = match x.dtype {
-        LogitsType::F32 => tr_sample_f32,
-        LogitsType::Bf16 => tr_sample_bf16,
-    };
-    check(f(
+    check(tr_sample(
         x.ptr,
+        c_int::from(x.dtype == LogitsType::Bf16),
         x.rows as c_int,
         x.cols as c_int,
         x.ld as c_long,
