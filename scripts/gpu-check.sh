@@ -277,6 +277,7 @@ if not dry:
 if dry:
     print("- dry run: tiny CPU models; these numbers only prove the plumbing")
 PYEOF
+echo "- load average after the benchmark: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT_DIR/bench.md"
 record bench "$( [ -s "$BENCH" ] && echo PASS || echo FAIL )" "$(wc -l < "$BENCH") runs; table in bench.md"
 
 # ---- report ----------------------------------------------------------------------
@@ -286,7 +287,7 @@ record bench "$( [ -s "$BENCH" ] && echo PASS || echo FAIL )" "$(wc -l < "$BENCH
   echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "- command: scripts/gpu-check.sh$( [ "$DRY" = 1 ] && echo ' --dry-run')"
   echo "- machine: $(tr '\n' ' ' < "$OUT_DIR/torch.txt")"
-  echo "- elapsed: $(( $(date +%s) - T0 )) s"
+  echo "- elapsed: $(( $(date +%s) - T0 )) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
   echo
   echo "| check | result | detail |"
   echo "|---|---|---|"

@@ -65,7 +65,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     threads: Option<i32>,
     /// Decode steps as CUDA graphs (CUDA builds with the `cuda` feature): on | off.
-    #[arg(long, default_value = "off", value_parser = subserver::cuda::parse_switch)]
+    #[arg(long, default_value = "off", value_parser = subserver::cuda::parse_switch, action = clap::ArgAction::Set)]
     cuda_graphs: bool,
     /// Also print the prompt and generated token ids as one JSON line on
     /// stderr (`{"prompt_ids": [...], "ids": [...]}`), for parity scripts.

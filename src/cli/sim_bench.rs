@@ -59,10 +59,10 @@ pub struct SimBenchArgs {
     #[arg(long, default_value = "bf16")]
     dtype: String,
     /// Decode steps as CUDA graphs (--presets on CUDA): on | off.
-    #[arg(long, default_value = "off", value_parser = parse_switch)]
+    #[arg(long, default_value = "off", value_parser = parse_switch, action = clap::ArgAction::Set)]
     cuda_graphs: bool,
     /// A CUDA stream per model (--presets on CUDA): on | off.
-    #[arg(long, default_value = "on", value_parser = parse_switch)]
+    #[arg(long, default_value = "on", value_parser = parse_switch, action = clap::ArgAction::Set)]
     cuda_streams: bool,
     /// Tokens per request with --presets (then the client sends the next).
     #[arg(long, default_value_t = 256)]
