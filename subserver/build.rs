@@ -18,24 +18,37 @@ fn main() {
 /// Compiles `cuda/shim.cpp` against the torch wheel's headers into
 /// `$OUT_DIR/libtrshim.so`, which `cuda::shim` embeds and loads at run time
 /// (after libtorch_cuda), so a CPU host never needs CUDA libraries.
-/// CUDA headers: `CUDA_INCLUDE_DIR`, else the wheel's `nvidia/cu13/include`
-/// beside `torch/` (installed with torch as `nvidia-cuda-runtime`).
+/// CUDA headers: `CUDA_INCLUDE_DIR`, else the `include` beside `NVCC`'s
+/// `bin` (the PyPI nvcc wheels, which carry `crt/`), then the torch wheel's
+/// `nvidia/cu13/include`.
 fn build_shim() -> Result<(), String> {
+    println!("cargo:rerun-if-env-changed=NVCC");
     let torch = std::env::var_os("LIBTORCH")
         .map(PathBuf::from)
         .and_then(|p| p.canonicalize().ok())
         .ok_or("LIBTORCH must point at the torch wheel (run `make venv`)")?;
-    let cuda_include = match std::env::var_os("CUDA_INCLUDE_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => torch
-            .parent()
-            .map(|site| site.join("nvidia/cu13/include"))
-            .ok_or("cannot locate the CUDA headers; set CUDA_INCLUDE_DIR")?,
-    };
-    if !cuda_include.join("cuda_runtime_api.h").exists() {
+    let mut includes: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("CUDA_INCLUDE_DIR") {
+        includes.push(PathBuf::from(d));
+    } else {
+        if let Some(nvcc) =
+            std::env::var_os("NVCC").and_then(|p| PathBuf::from(p).canonicalize().ok())
+        {
+            if let Some(root) = nvcc.parent().and_then(|bin| bin.parent()) {
+                includes.push(root.join("include"));
+            }
+        }
+        if let Some(site) = torch.parent() {
+            includes.push(site.join("nvidia/cu13/include"));
+        }
+    }
+    if !includes
+        .iter()
+        .any(|d| d.join("crt/host_config.h").exists())
+    {
         return Err(format!(
-            "{} has no cuda_runtime_api.h; set CUDA_INCLUDE_DIR",
-            cuda_include.display()
+            "no CUDA headers with crt/host_config.h in {includes:?}: run `make nvcc` and set NVCC, \
+             or set CUDA_INCLUDE_DIR"
         ));
     }
     let out = PathBuf::from(std::env::var("OUT_DIR").map_err(|e| e.to_string())?);
@@ -43,7 +56,7 @@ fn build_shim() -> Result<(), String> {
     let status = Command::new(&cxx)
         .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-Wall"])
         .arg(format!("-I{}", torch.join("include").display()))
-        .arg(format!("-I{}", cuda_include.display()))
+        .args(includes.iter().map(|d| format!("-I{}", d.display())))
         .arg("cuda/shim.cpp")
         .arg(format!("-L{}", torch.join("lib").display()))
         .args([
