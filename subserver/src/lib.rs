@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod fuzz_entry;
 pub mod http;
 pub mod kv;
 pub mod metrics;
