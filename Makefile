@@ -33,7 +33,8 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
+        nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
 
@@ -118,7 +119,7 @@ lint:
 
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing).
-test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check
+test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry
 	$(call with_k8s,cargo test --release --workspace --all-targets)
 
 # Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
@@ -242,3 +243,55 @@ test-k8s: k8s-kit hadolint helm-check
 with_k8s = bash -c 'set -euo pipefail; st=$(K8S_STATE); \
 	  bash $(K8S_KIT)/up.sh "$$st" >/dev/null; trap "bash $(K8S_KIT)/down.sh $$st" EXIT; \
 	  . "$$st/env"; TOKENROUTER_REQUIRE_K8S=1 $(1)'
+
+# --- CUDA without a GPU --------------------------------------------------------
+# nvcc and the CUDA headers from PyPI, matching torch's cu130 runtime. The
+# kernels (kernels/cuda/*.cu) and the C++ shim (subserver/cuda/shim.cpp)
+# compile here; they run in scripts/gpu-check.sh on a GPU machine.
+NVCC_VENV := $(CACHE)/nvcc-venv
+CUDA_PY   := $(CACHE)/cuda
+NVCC      := $(CUDA_PY)/bin/nvcc
+NVCC_PKGS := nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
+             nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+GPU_BUNDLE ?= $(ROOT)/gpu-bundle
+DRY_BUNDLE := $(TARGET_DIR)/gpu-bundle-dry
+
+$(CACHE)/.nvcc.stamp:
+	mkdir -p $(CACHE)
+	test -x $(NVCC_VENV)/bin/python || python3 -m venv $(NVCC_VENV)
+	$(NVCC_VENV)/bin/pip -q --disable-pip-version-check install --no-deps $(NVCC_PKGS)
+	ln -sfn $$($(NVCC_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/nvidia/cu13 $(CUDA_PY)
+	touch $@
+
+nvcc: $(CACHE)/.nvcc.stamp
+
+# Builds the CUDA kernels with nvcc (and links kernel-check), builds the shim
+# against the torch wheel's headers and type-checks the Rust behind `cuda`.
+cuda-compile: nvcc venv
+	NVCC=$(NVCC) cargo build --release -p kernels --features cuda --bin kernel-check
+	NVCC=$(NVCC) cargo clippy --release -p kernels -p subserver --features kernels/cuda,subserver/cuda \
+	  --all-targets -- -D warnings
+
+# The GPU check's plumbing on the CPU (tiny models, short runs).
+gpu-check-dry: assets venv-ref
+	cargo build --release --bin tokenrouter
+	cargo build --release -p kernels --bin kernel-check
+	rm -rf $(DRY_BUNDLE) && mkdir -p $(DRY_BUNDLE)/bin
+	ln -s $(BIN) $(TARGET_DIR)/release/kernel-check $(DRY_BUNDLE)/bin/
+	ln -s $(ASSETS)/qwen3-tokenizer $(DRY_BUNDLE)/qwen3-tokenizer
+	scripts/gpu-check.sh --dry-run --bundle $(DRY_BUNDLE) --python $(PY) --out $(TARGET_DIR)/gpu-check-dry
+
+# What a GPU session carries (gpu-bundle/, git-ignored): stripped binaries
+# built with `cuda`, the Qwen3 tokenizer and, with GPU_WHEELS=1, transformers'
+# wheels for a torch venv without it. Then on the GPU machine:
+#   scripts/gpu-check.sh --out $OUT
+gpu-bundle: nvcc venv $(QWEN_TOK)
+	NVCC=$(NVCC) cargo build --release --features cuda --bin tokenrouter
+	NVCC=$(NVCC) cargo build --release -p kernels --features cuda --bin kernel-check
+	rm -rf $(GPU_BUNDLE) && mkdir -p $(GPU_BUNDLE)/bin
+	strip -o $(GPU_BUNDLE)/bin/tokenrouter $(BIN)
+	strip -o $(GPU_BUNDLE)/bin/kernel-check $(TARGET_DIR)/release/kernel-check
+	cp -rL $(ASSETS)/qwen3-tokenizer $(GPU_BUNDLE)/qwen3-tokenizer
+	if [ "$(GPU_WHEELS)" = 1 ]; then $(PIP) download -d $(GPU_BUNDLE)/wheels transformers==4.57.6 \
+	  2>&1 | tail -1; rm -f $(GPU_BUNDLE)/wheels/numpy-* $(GPU_BUNDLE)/wheels/torch-*; fi
+	du -sh $(GPU_BUNDLE)

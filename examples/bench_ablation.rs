@@ -117,6 +117,7 @@ fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
             seed,
             prompt_tokens: 16,
             max_batch_wait_ms: 200.0,
+            tch: None,
         })?;
         tputs.push(r.throughput_tok_s);
         shares.push(r.large_share);

@@ -1,11 +1,12 @@
 //! Routing-signal and sampling kernels.
 //!
 //! This crate holds the CPU reference implementations: plain, obviously
-//! correct loops over one row of logits. Sampling and the routing policies
-//! call them directly today. CUDA versions (fused, batched) will come behind
-//! a `cuda` feature; every CUDA kernel must be checked against the CPU
-//! reference of the same name here, which is why these stay simple and are
-//! tested against hand-computed values.
+//! correct loops over one row of logits, which sampling and the routing
+//! policies call directly. The fused, batched CUDA versions (`cuda/*.cu`,
+//! module [`cuda`] behind the `cuda` feature) are checked against the
+//! reference of the same name here by `kernel-check` (see [`check`]); the
+//! one-pass algorithm of the signals kernel also has a CPU twin,
+//! [`routing_signals_one_pass`], tested here without a GPU.
 //!
 //! Conventions shared by every kernel:
 //! - Arithmetic that accumulates (sums, log-sum-exp) is done in `f64` so a
@@ -14,8 +15,15 @@
 //! - `NaN` logits propagate into distribution outputs (as in torch) and are
 //!   never chosen by [`argmax`] or [`top_k`].
 
+pub mod check;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 mod distribution;
+pub mod sampling;
 mod selection;
+pub mod signals;
 
 pub use distribution::{entropy, log_softmax, logsumexp, normalized_entropy, softmax};
+pub use sampling::{sample_row, uniform, SampleError, SampleParams};
 pub use selection::{argmax, top_k};
+pub use signals::{routing_signals, routing_signals_one_pass, RoutingSignals};

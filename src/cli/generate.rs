@@ -64,6 +64,13 @@ pub struct GenerateArgs {
     /// CPU threads for libtorch (default: all cores).
     #[arg(long)]
     threads: Option<i32>,
+    /// Decode steps as CUDA graphs (CUDA builds with the `cuda` feature): on | off.
+    #[arg(long, default_value = "off", value_parser = subserver::cuda::parse_switch, action = clap::ArgAction::Set)]
+    cuda_graphs: bool,
+    /// Also print the prompt and generated token ids as one JSON line on
+    /// stderr (`{"prompt_ids": [...], "ids": [...]}`), for parity scripts.
+    #[arg(long)]
+    print_ids: bool,
 }
 
 /// Runs `generate`.
@@ -122,6 +129,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     opts.device = device.into();
     opts.dtype = dtype;
     opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
+    opts.cuda.graphs = args.cuda_graphs;
     let runner = TchRunner::load(&opts).context("loading the model")?;
     let mut engine =
         BatchEngine::new(runner, EngineLimits::default()).with_tokenizer(tokenizer.clone());
@@ -148,6 +156,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     } else {
         0.0
     };
+    if args.print_ids {
+        let ids = done.first().map(|c| c.tokens.clone()).unwrap_or_default();
+        eprintln!("{}", serde_json::json!({"prompt_ids": prompt, "ids": ids}));
+    }
     eprintln!(
         "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s",
         prompt.len(),

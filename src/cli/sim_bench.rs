@@ -1,13 +1,15 @@
 //! `tokenrouter sim-bench`: measures the runtime on the simulated backend and
-//! prints JSON that scripts depend on.
+//! prints JSON that scripts depend on. With `--presets`, the same runtime
+//! over random-weight models built on `--device` (the GPU benchmark).
 
 use anyhow::Result;
-use subserver::bench::sim_bench::{run as run_bench, BenchMode, SimBenchOptions};
+use subserver::bench::sim_bench::{run as run_bench, BenchMode, SimBenchOptions, TchModels};
+use subserver::cuda::parse_switch;
 
 /// Arguments of `sim-bench`.
 #[derive(Debug, clap::Args)]
 pub struct SimBenchArgs {
-    /// async_delayed | async | lockstep | serial | std_serving.
+    /// async_delayed | async | lockstep | serial | std_serving | large_only | small_only.
     #[arg(long, default_value = "async_delayed")]
     mode: String,
     /// Active requests kept by closed-loop clients.
@@ -46,6 +48,25 @@ pub struct SimBenchArgs {
     /// Print JSON (otherwise a short summary).
     #[arg(long)]
     json: bool,
+    /// Real models instead of simulated ones: two gen-random presets, small
+    /// first (e.g. qwen3-0.6b,qwen3-8b), random weights built on --device.
+    #[arg(long, value_delimiter = ',')]
+    presets: Vec<String>,
+    /// Device of --presets models: cpu, cuda, cuda:N.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Dtype of --presets models: f32, bf16, f16.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Decode steps as CUDA graphs (--presets on CUDA): on | off.
+    #[arg(long, default_value = "off", value_parser = parse_switch, action = clap::ArgAction::Set)]
+    cuda_graphs: bool,
+    /// A CUDA stream per model (--presets on CUDA): on | off.
+    #[arg(long, default_value = "on", value_parser = parse_switch, action = clap::ArgAction::Set)]
+    cuda_streams: bool,
+    /// Tokens per request with --presets (then the client sends the next).
+    #[arg(long, default_value_t = 256)]
+    answer_tokens: usize,
 }
 
 /// Runs `sim-bench`.
@@ -64,6 +85,18 @@ pub fn run(args: SimBenchArgs) -> Result<()> {
         seed: args.seed,
         prompt_tokens: args.prompt_tokens,
         max_batch_wait_ms: args.max_batch_wait_ms,
+        tch: match args.presets.len() {
+            0 => None,
+            2 => Some(TchModels {
+                presets: args.presets,
+                device: args.device,
+                dtype: args.dtype,
+                cuda_graphs: args.cuda_graphs,
+                cuda_streams: args.cuda_streams,
+                answer_tokens: args.answer_tokens.max(1),
+            }),
+            n => anyhow::bail!("--presets needs 2 presets (small, large), got {n}"),
+        },
     };
     let report = run_bench(&opts)?;
     if args.json {

@@ -5,6 +5,7 @@
 pub mod assets;
 pub mod bench;
 pub mod config;
+pub mod cuda;
 pub mod device;
 pub mod engine;
 pub mod error;

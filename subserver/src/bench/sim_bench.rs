@@ -11,12 +11,23 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::assets::dtype::StorageDtype;
+use crate::assets::random::Preset;
+use crate::assets::AssetError;
 use crate::bench::forwarder::{self, ForwardRule, StdServers};
 use crate::config::LatencyModel;
+use crate::config::{DType, DeviceSpec};
+use crate::cuda::CudaOptions;
 use crate::engine::EngineLimits;
 use crate::error::EngineError;
+use crate::model::decoder::Decoder;
+use crate::model::dir::ModelDir;
+use crate::model::random_init::random_weights;
 use crate::policy::{build, Placement};
+use crate::runner::memory::KvBudget;
 use crate::runner::sim::SimRunner;
+use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use crate::runner::ModelRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
@@ -36,6 +47,10 @@ pub enum BenchMode {
     Serial,
     /// Single-model servers plus an external one-token forwarder.
     StdServing,
+    /// The large model alone (the quality reference's cost).
+    LargeOnly,
+    /// The small model alone (its step time feeds the tuner).
+    SmallOnly,
 }
 
 impl std::str::FromStr for BenchMode {
@@ -47,8 +62,10 @@ impl std::str::FromStr for BenchMode {
             "lockstep" => Ok(Self::Lockstep),
             "serial" => Ok(Self::Serial),
             "std_serving" => Ok(Self::StdServing),
+            "large_only" => Ok(Self::LargeOnly),
+            "small_only" => Ok(Self::SmallOnly),
             _ => Err(format!(
-                "unknown mode `{s}` (async_delayed, async, lockstep, serial, std_serving)"
+                "unknown mode `{s}` (async_delayed, async, lockstep, serial, std_serving, large_only, small_only)"
             )),
         }
     }
@@ -82,6 +99,26 @@ pub struct SimBenchOptions {
     pub prompt_tokens: usize,
     /// Bound on a delayed-batching wait.
     pub max_batch_wait_ms: f64,
+    /// Real models (random weights on a device) instead of simulated ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tch: Option<TchModels>,
+}
+
+/// Random-weight models built on a device for the bench (`model-bench`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TchModels {
+    /// Preset names, small first (`gen-random` presets).
+    pub presets: Vec<String>,
+    /// `cpu`, `cuda`, `cuda:N`.
+    pub device: String,
+    /// `f32`, `bf16`, `f16`.
+    pub dtype: String,
+    /// Decode steps as CUDA graphs.
+    pub cuda_graphs: bool,
+    /// A CUDA stream per model.
+    pub cuda_streams: bool,
+    /// Tokens each request writes before the client sends the next one.
+    pub answer_tokens: usize,
 }
 
 /// What a run measured.
@@ -135,6 +172,49 @@ fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
     Ok(())
 }
 
+/// Tokens each request may write.
+fn answer_tokens(o: &SimBenchOptions) -> usize {
+    o.tch.as_ref().map_or(LONG_ANSWER, |t| t.answer_tokens)
+}
+
+/// Model `m`'s runner: simulated, or a random-weight model on a device.
+fn runner(o: &SimBenchOptions, m: usize) -> Result<Box<dyn ModelRunner>, EngineError> {
+    let Some(t) = &o.tch else {
+        return Ok(Box::new(sim_runner(o, m)?));
+    };
+    let bad = |e: String| EngineError::InvalidRequest(e);
+    let preset: Preset = t.presets[m]
+        .parse()
+        .map_err(|e: AssetError| bad(e.to_string()))?;
+    let dtype: DType = t.dtype.parse().map_err(|e| bad(format!("--dtype: {e}")))?;
+    let device: DeviceSpec = t
+        .device
+        .parse()
+        .map_err(|e| bad(format!("--device: {e}")))?;
+    let device: tch::Device = device.into();
+    crate::device::ensure_device(device)?;
+    let cfg = preset.config(StorageDtype::Bf16);
+    let kind: tch::Kind = dtype.into();
+    let weights = random_weights(&cfg, o.seed as i64 + m as i64, kind, device)?;
+    let decoder = Decoder::new(&cfg, weights, kind, device)?;
+    let dir = ModelDir {
+        path: preset.name().into(),
+        config: cfg,
+    };
+    let mut opts = TchRunnerOptions::new(&dir.path);
+    opts.device = device;
+    opts.dtype = dtype;
+    opts.kv_budget =
+        KvBudget::Tokens(o.concurrency * (o.prompt_tokens + t.answer_tokens + 64) + 1024);
+    // Std. Serving re-sends the sequence each call: let it reuse the prefix.
+    opts.enable_prefix_cache = true;
+    opts.cuda = CudaOptions {
+        graphs: t.cuda_graphs,
+        streams: t.cuda_streams,
+    };
+    Ok(Box::new(TchRunner::with_decoder(decoder, &dir, &opts)?))
+}
+
 fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
     let latency = LatencyModel::linear(
         o.latencies_ms[m],
@@ -142,7 +222,7 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
         o.per_token_ms.get(m).copied().unwrap_or(0.0),
     )
     .map_err(|e| EngineError::InvalidRequest(format!("--latencies-ms: {e}")))?;
-    let kv_tokens = o.concurrency * (o.prompt_tokens + LONG_ANSWER + 64) + 4096;
+    let kv_tokens = o.concurrency * (o.prompt_tokens + answer_tokens(o) + 64) + 4096;
     SimRunner::new(
         &format!("sim{m}"),
         32_000,
@@ -176,11 +256,15 @@ pub fn run(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     validate(o)?;
     match o.mode {
         BenchMode::StdServing => run_std(o),
-        _ => run_routed(o),
+        BenchMode::LargeOnly => run_group(o, &[1]),
+        BenchMode::SmallOnly => run_group(o, &[0]),
+        _ => run_group(o, &[0, 1]),
     }
 }
 
-fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
+/// The models `models` (indices into the options' small, large) as one
+/// group: routed when there are two, alone when one.
+fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, EngineError> {
     let mode = match o.mode {
         BenchMode::AsyncDelayed => ExecutionMode::AsyncDelayed,
         BenchMode::Async => ExecutionMode::Async,
@@ -189,18 +273,24 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     };
     let kwargs =
         serde_json::json!({"probability": o.route_probability, "seed": o.seed, "target": 1});
+    let n = models.len();
+    let (policy_name, kwargs) = if n == 1 {
+        ("Single", serde_json::Value::Null)
+    } else {
+        ("Random", kwargs)
+    };
     let mut members = Vec::new();
-    for m in 0..2usize {
+    for (i, &m) in models.iter().enumerate() {
         let at = Placement {
-            model: m as u16,
-            num_models: 2,
+            model: i as u16,
+            num_models: n,
             entry: 0,
         };
-        let policy =
-            build("Random", &kwargs, at).map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
+        let policy = build(policy_name, &kwargs, at)
+            .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         members.push(MemberSpec {
             name: ["small", "large"][m].to_string(),
-            runner: Box::new(sim_runner(o, m)?),
+            runner: runner(o, m)?,
             policy,
             tokenizer: None,
             thresholds: vec![o.thresholds[m]],
@@ -225,7 +315,7 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
             std::thread::spawn(move || {
                 let mut k = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let mut params = SamplingParams::greedy(LONG_ANSWER);
+                    let mut params = SamplingParams::greedy(answer_tokens(&o));
                     params.seed = Some(request_seed(o.seed, c, k));
                     let (_rid, mut rx) = group.submit(prompt(&o, c, k), params);
                     k += 1;
@@ -242,7 +332,7 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     group.reset_counters();
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(o.duration_s));
-    let stats: Vec<_> = (0..2).map(|m| group.stats(m)).collect();
+    let stats: Vec<_> = (0..n as u16).map(|m| group.stats(m)).collect();
     let wall = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     drop(group_shutdown(group));
@@ -254,10 +344,10 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     Ok(SimBenchReport {
         options: o.clone(),
         throughput_tok_s: tokens as f64 / wall,
-        large_share: if tokens > 0 {
-            by_writer[1] as f64 / tokens as f64
-        } else {
-            0.0
+        large_share: match (n, tokens) {
+            (1, _) => f64::from(u8::from(models[0] == 1)),
+            (_, 0) => 0.0,
+            _ => by_writer[1] as f64 / tokens as f64,
         },
         steps_per_model: stats.iter().map(|s| s.steps).collect(),
         mean_batch_per_model: stats
@@ -304,7 +394,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
             .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         let member = MemberSpec {
             name: ["small", "large"][m].to_string(),
-            runner: Box::new(sim_runner(o, m)?),
+            runner: runner(o, m)?,
             policy,
             tokenizer: None,
             thresholds: vec![1],
@@ -338,24 +428,28 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
                 counts.clone(),
             );
             let p = prompt(o, c, 0);
-            // One endless request per client: its seed is per client.
+            // Closed loop over requests of `answer` tokens; the seed is per client.
             let seed = request_seed(o.seed, c, 0);
+            let answer = answer_tokens(o);
             std::thread::spawn(move || {
                 let params = SamplingParams::greedy(1);
-                let _ = forwarder::generate(
-                    &servers,
-                    rule,
-                    seed,
-                    &p,
-                    1_000_000,
-                    &params,
-                    |_, writer| {
-                        if measuring.load(Ordering::Relaxed) {
-                            counts[writer].fetch_add(1, Ordering::Relaxed);
-                        }
-                        !stop.load(Ordering::Relaxed)
-                    },
-                );
+                // Closed loop: a new request when one reaches its length.
+                while !stop.load(Ordering::Relaxed) {
+                    let _ = forwarder::generate(
+                        &servers,
+                        rule,
+                        seed,
+                        &p,
+                        answer,
+                        &params,
+                        |_, writer| {
+                            if measuring.load(Ordering::Relaxed) {
+                                counts[writer].fetch_add(1, Ordering::Relaxed);
+                            }
+                            !stop.load(Ordering::Relaxed)
+                        },
+                    );
+                }
             })
         })
         .collect();

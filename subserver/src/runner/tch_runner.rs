@@ -6,6 +6,8 @@ use tch::{Device, Tensor};
 use tracing::info;
 
 use crate::config::DType;
+use crate::cuda::graphs::{DecodeStep, GraphCounts};
+use crate::cuda::{CudaExec, CudaOptions};
 use crate::device::ensure_device;
 use crate::error::EngineError;
 use crate::kv::storage::{bytes_per_block, KvStorage};
@@ -32,6 +34,8 @@ pub struct TchRunnerOptions {
     pub kv_budget: KvBudget,
     /// Reuse KV of earlier requests with the same prefix.
     pub enable_prefix_cache: bool,
+    /// Streams and CUDA graphs (CUDA devices only).
+    pub cuda: CudaOptions,
 }
 
 impl TchRunnerOptions {
@@ -44,6 +48,7 @@ impl TchRunnerOptions {
             block_size: 16,
             kv_budget: KvBudget::Fraction(0.2),
             enable_prefix_cache: true,
+            cuda: CudaOptions::default(),
         }
     }
 }
@@ -54,6 +59,7 @@ pub struct TchRunner {
     storage: KvStorage,
     kv: KvManager,
     info: RunnerInfo,
+    exec: CudaExec,
 }
 
 impl TchRunner {
@@ -87,9 +93,12 @@ impl TchRunner {
             decoder.kind(),
         );
         let blocks = num_blocks(opts.kv_budget, opts.device, per_block, opts.block_size)?;
+        // One scratch slot past the pool, owned by no request: the padding
+        // rows of CUDA graphs write there.
+        let pad_slot = (blocks * opts.block_size) as i64;
         let storage = KvStorage::new(
             cfg.num_hidden_layers,
-            blocks * opts.block_size,
+            blocks * opts.block_size + 1,
             cfg.kv_heads(),
             cfg.head_dim(),
             decoder.kind(),
@@ -116,12 +125,68 @@ impl TchRunner {
             block_size: opts.block_size,
             num_blocks: blocks,
         };
+        let exec = CudaExec::new(
+            &info.name,
+            &opts.cuda,
+            opts.device,
+            info.max_context,
+            pad_slot,
+        )?;
         Ok(Self {
             decoder,
             storage,
             kv: KvManager::new(blocks, opts.block_size, opts.enable_prefix_cache)?,
             info,
+            exec,
         })
+    }
+
+    /// CUDA graph hits, captures and misses, when graphs are on.
+    pub fn graph_counts(&self) -> Option<GraphCounts> {
+        self.exec.graph_counts()
+    }
+
+    /// A pure-decode step through a CUDA graph; `None`: run it eagerly.
+    fn decode_graph(
+        &mut self,
+        batch: &StepBatch,
+        slots: &[Vec<i64>],
+    ) -> Result<Option<StepOutput>, EngineError> {
+        if !self.exec.has_graphs() || batch.items.iter().any(|i| i.tokens.len() != 1) {
+            return Ok(None);
+        }
+        if !batch.entropy_items.is_empty() {
+            self.exec.count_miss();
+            return Ok(None);
+        }
+        let steps: Vec<DecodeStep<'_>> = batch
+            .items
+            .iter()
+            .zip(slots)
+            .map(|(item, s)| DecodeStep {
+                token: item.tokens[0],
+                slots: s,
+            })
+            .collect();
+        let out = self.exec.decode(&self.decoder, &mut self.storage, &steps)?;
+        Ok(out.map(|(logits, hidden)| StepOutput {
+            logits: Some(logits),
+            hidden: Some(hidden),
+            tokens: None,
+            entropy_sums: None,
+        }))
+    }
+
+    /// Replaces the CUDA execution (tests drive graphs on the CPU).
+    #[cfg(test)]
+    pub(crate) fn set_exec(&mut self, exec: CudaExec) {
+        self.exec = exec;
+    }
+
+    /// The scratch slot past the pool, if the storage has one.
+    #[cfg(test)]
+    pub(crate) fn pad_slot(&self) -> i64 {
+        (self.info.num_blocks * self.info.block_size) as i64
     }
 
     /// The decoder (routers read its embedding matrix).
@@ -136,6 +201,7 @@ impl ModelRunner for TchRunner {
     }
 
     fn forward(&mut self, batch: &StepBatch) -> Result<StepOutput, EngineError> {
+        self.exec.enter()?;
         let mut slots: Vec<Vec<i64>> = Vec::with_capacity(batch.items.len());
         for item in &batch.items {
             let end = item.start + item.tokens.len();
@@ -149,6 +215,9 @@ impl ModelRunner for TchRunner {
             let mut s = Vec::with_capacity(end);
             self.kv.slots(item.rid, 0, end, &mut s)?;
             slots.push(s);
+        }
+        if let Some(out) = self.decode_graph(batch, &slots)? {
+            return Ok(out);
         }
         let items: Vec<LayoutItem<'_>> = batch
             .items
@@ -213,6 +282,21 @@ impl ModelRunner for TchRunner {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+    use std::path::Path;
+
+    use tch::{Device, Kind, Tensor};
+
+    use super::{TchRunner, TchRunnerOptions};
+    use crate::model::decoder::Decoder;
+    use crate::model::dir::ModelDir;
+    use crate::model::weights::Weights;
+    use crate::runner::memory::KvBudget;
+    use crate::runner::testing::{random_weights, tiny_config};
+
+    use crate::cuda::graphs::eager::EagerGraphs;
+    use crate::cuda::graphs::GraphCounts;
+    use crate::cuda::{CudaExec, CudaOptions};
     use crate::runner::testing::tiny_runner;
     use crate::runner::{ModelRunner, StepBatch, StepItem};
 
@@ -326,6 +410,106 @@ mod tests {
                 assert!(diff < 1e-4, "request {i}: batched logits differ by {diff}");
             }
         }
+    }
+
+    /// A tiny runner over copies of `w` (one set of weights for both runs
+    /// of a comparison: the seeded generator is process-global, and tests
+    /// run in parallel).
+    fn runner_with(w: &HashMap<String, Tensor>) -> TchRunner {
+        let cfg = tiny_config();
+        let path = Path::new("tiny-random");
+        let map = w.iter().map(|(k, v)| (k.clone(), v.copy())).collect();
+        let decoder =
+            Decoder::new(&cfg, Weights::from_map(path, map), Kind::Float, Device::Cpu).unwrap();
+        let dir = ModelDir {
+            path: path.to_path_buf(),
+            config: cfg,
+        };
+        let mut opts = TchRunnerOptions::new(path);
+        opts.kv_budget = KvBudget::Tokens(512);
+        opts.block_size = 4;
+        TchRunner::with_decoder(decoder, &dir, &opts).unwrap()
+    }
+
+    /// Greedy decoding of three requests (one leaves after three steps, so
+    /// the batch bucket changes), with or without decode graphs.
+    fn decode_three(
+        w: &HashMap<String, Tensor>,
+        graphs: bool,
+    ) -> (Vec<Vec<u32>>, Vec<Vec<f32>>, Option<GraphCounts>) {
+        let prompts: Vec<Vec<u32>> = vec![vec![3, 14, 15], vec![9, 2, 6, 5, 3, 5], vec![8, 1]];
+        let mut r = runner_with(w);
+        if graphs {
+            let (cap, pad) = (r.info().max_context, r.pad_slot());
+            r.set_exec(CudaExec::with_graph_api(EagerGraphs, cap, pad, Device::Cpu));
+        }
+        let mut items: Vec<StepItem> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                r.kv().admit(i as u64, p).unwrap();
+                StepItem {
+                    rid: i as u64,
+                    start: 0,
+                    tokens: p.clone(),
+                }
+            })
+            .collect();
+        let (mut toks, mut rows) = (vec![vec![]; 3], vec![]);
+        for step in 0..6 {
+            let active: Vec<StepItem> = items
+                .iter()
+                .filter(|it| it.rid != 2 || step < 3)
+                .cloned()
+                .collect();
+            let out = r.forward(&StepBatch::new(active.clone())).unwrap();
+            for (it, row) in active.iter().zip(out.logits_rows().unwrap()) {
+                let t = argmax(&row);
+                let item = &mut items[it.rid as usize];
+                item.start += item.tokens.len();
+                item.tokens = vec![t];
+                toks[it.rid as usize].push(t);
+                rows.push(row);
+            }
+        }
+        (toks, rows, r.graph_counts())
+    }
+
+    #[test]
+    fn graph_decode_at_padded_buckets_matches_eager_decoding() {
+        let w = random_weights(&tiny_config(), 3);
+        let (want_toks, want_rows, none) = decode_three(&w, false);
+        assert_eq!(none, None);
+        let (toks, rows, counts) = decode_three(&w, true);
+        assert_eq!(toks, want_toks);
+        for (a, b) in rows.iter().zip(&want_rows) {
+            let diff = a
+                .iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max);
+            assert!(diff < 1e-4, "padded graph logits differ by {diff}");
+        }
+        // Step 0 is a prefill (eager, not a miss); steps 1-2 run at batch
+        // bucket 4 (capture, replay), steps 3-5 at bucket 2 (capture, 2 replays).
+        assert_eq!(
+            counts,
+            Some(GraphCounts {
+                replays: 3,
+                captures: 2,
+                misses: 0
+            })
+        );
+    }
+
+    #[test]
+    fn graphs_on_a_cpu_device_are_refused() {
+        let opts = CudaOptions {
+            graphs: true,
+            streams: true,
+        };
+        let err = CudaExec::new("m", &opts, Device::Cpu, 64, 0).err().unwrap();
+        assert!(err.to_string().contains("needs a CUDA device"), "{err}");
     }
 
     #[test]

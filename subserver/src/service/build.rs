@@ -3,10 +3,18 @@
 
 use std::time::Duration;
 
-use crate::config::{Backend, EngineConfig, KvBudget, TransportConfig};
+use tracing::info;
+
+use crate::assets::tensor_specs;
+use crate::config::{Backend, DeviceSpec, EngineConfig, KvBudget, TransportConfig};
+use crate::device::cuda_mem_info;
 use crate::engine::EngineLimits;
+use crate::error::EngineError;
+use crate::kv::storage::bytes_per_block;
+use crate::model::dir::ModelDir;
 use crate::peer::tcp::{resolve_addresses, TcpOptions};
 use crate::policy::{self, LiveThreshold, Placement, PolicyEnv};
+use crate::runner::memory::{plan_kv_tokens, ModelFootprint};
 use crate::runner::sim::SimRunner;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::ModelRunner;
@@ -132,6 +140,50 @@ pub fn member(
     Ok(member)
 }
 
+/// Model `i`'s KV budget. On CUDA a memory fraction is planned over every
+/// model of the group on that device (weights first, then equal KV tokens:
+/// see `plan_kv_tokens`), so co-located models do not each claim the
+/// fraction of what is free when they load. On the CPU it stays a fraction
+/// of free host memory.
+fn planned_budget(cfg: &EngineConfig, i: usize) -> Result<KvBudget, EngineError> {
+    let spec = &cfg.models()[i];
+    let (KvBudget::Fraction(fraction), DeviceSpec::Cuda(index)) = (spec.kv_budget, spec.device)
+    else {
+        return Ok(spec.kv_budget);
+    };
+    let mut models = Vec::new();
+    for m in cfg.models().iter().filter(|m| m.device == spec.device) {
+        let Some(path) = &m.path else { continue };
+        let c = ModelDir::open(path)?.config;
+        let kind: tch::Kind = m.dtype.into();
+        let params: usize = tensor_specs(&c)
+            .iter()
+            .map(|t| t.shape.iter().product::<usize>())
+            .sum();
+        models.push(ModelFootprint {
+            weight_bytes: (params * kind.elt_size_in_bytes()) as u64,
+            kv_bytes_per_token: bytes_per_block(
+                c.num_hidden_layers,
+                1,
+                c.kv_heads(),
+                c.head_dim(),
+                kind,
+            ) as u64,
+        });
+    }
+    let (_, total) = cuda_mem_info(index)?;
+    let tokens = plan_kv_tokens(total, fraction, &models)?;
+    info!(
+        model = %spec.name,
+        fraction,
+        models = models.len(),
+        tokens,
+        "KV planned from mem_fraction_static over the models on {}",
+        spec.device
+    );
+    Ok(KvBudget::Tokens(tokens))
+}
+
 /// The runner of model `i` (and its tokenizer when asked and the backend has one).
 pub fn runner(
     cfg: &EngineConfig,
@@ -156,8 +208,9 @@ pub fn runner(
                 device: spec.device.into(),
                 dtype: spec.dtype,
                 block_size: cfg.system().block_size,
-                kv_budget: spec.kv_budget,
+                kv_budget: planned_budget(cfg, i).map_err(model_err)?,
                 enable_prefix_cache: cfg.system().enable_prefix_cache,
+                cuda: Default::default(),
             };
             let runner = TchRunner::load(&opts).map_err(model_err)?;
             let tokenizer = if with_tokenizer {

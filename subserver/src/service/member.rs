@@ -63,6 +63,8 @@ impl MemberService {
             .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
+        crate::cuda::metrics::register(&registry)
+            .map_err(|e| ServiceError::Unsupported(format!("CUDA graph metrics: {e}")))?;
         let names = cfg.models().iter().map(|m| m.name.clone()).collect();
         let member = Arc::new(
             MemberProcess::start(

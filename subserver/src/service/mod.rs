@@ -87,6 +87,8 @@ impl Service {
         access.check().map_err(crate::http::HttpError::Access)?;
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
+        crate::cuda::metrics::register(&registry)
+            .map_err(|e| ServiceError::Unsupported(format!("CUDA graph metrics: {e}")))?;
         let members = build::members(cfg)?;
         let group = Arc::new(Group::start_with_metrics(
             members,

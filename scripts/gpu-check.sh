@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# The prepared GPU check of issue #16: one run, at most ~8 minutes on an H200.
+#
+#   scripts/gpu-check.sh [--dry-run] [--out DIR] [--bundle DIR] [--python PY] [--with-32b]
+#
+# Steps (each recorded as PASS / FAIL / SKIP with its reason in $OUT/report.md,
+# raw outputs beside it):
+#   1. build sanity: the binaries run, torch sees the GPU, a model decodes with
+#      the CUDA shim's streams and graphs (--cuda-graphs on);
+#   2. kernels: kernel-check compares the CUDA routing-signal and sampling
+#      kernels with the CPU references (f32 and bf16 rows of 151936 logits:
+#      rel err <= 1e-3, identical top-k, NaN never passes, identical tokens);
+#   3. parity: greedy ids of a random-weight Qwen3-0.6B from our engine (graphs
+#      off and on) against transformers on the same device, f32 (must match)
+#      and bf16 (agreeing prefix reported);
+#   4. bench: random-weight Qwen3-0.6B + Qwen3-8B on one GPU, Random routing
+#      p=0.35 with R2R hand-over, N in {1,4,8,16}: large-only vs token-routed
+#      (async_delayed, B from the tuner) vs Std. Serving, with and without
+#      CUDA graphs and per-model streams; the ratios of the issue's targets.
+#
+# --dry-run runs the same plumbing here on the CPU with tiny shapes (tiny
+# preset, short runs, kernel-check's CPU backend), so the script is known to
+# work before a GPU session spends its minutes on it.
+#
+# Inputs: a bundle directory (`make gpu-bundle`) with bin/tokenrouter,
+# bin/kernel-check (built with the `cuda` feature), qwen3-tokenizer/ and,
+# optionally, wheels/ (transformers and its pure-Python deps, for a torch
+# venv that lacks them). GPU python: --python, else $TORCH_PYTHON, else
+# /opt/torch/.venv/bin/python.
+set -uo pipefail
+
+DRY=0
+WITH_32B=0
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT_DIR=${OUT:-$ROOT/gpu-check-out}
+BUNDLE=$ROOT/gpu-bundle
+PY=${TORCH_PYTHON:-/opt/torch/.venv/bin/python}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY=1 ;;
+    --with-32b) WITH_32B=1 ;;
+    --out) OUT_DIR=$2; shift ;;
+    --bundle) BUNDLE=$2; shift ;;
+    --python) PY=$2; shift ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
+    *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
+REPORT=$OUT_DIR/report.md
+RESULTS=$OUT_DIR/results.tsv
+: > "$RESULTS"
+T0=$(date +%s)
+
+BIN=$BUNDLE/bin/tokenrouter
+KC=$BUNDLE/bin/kernel-check
+TOKDIR=$BUNDLE/qwen3-tokenizer
+for f in "$BIN" "$KC" "$TOKDIR/tokenizer.json"; do
+  [ -e "$f" ] || { echo "gpu-check: missing $f (run make gpu-bundle)" >&2; exit 2; }
+done
+[ -x "$PY" ] || { echo "gpu-check: no python at $PY (--python)" >&2; exit 2; }
+
+if [ "$DRY" = 1 ]; then
+  DEVICE=cpu; BACKEND=cpu; SMALL=tiny; LARGE=tiny; PARITY_PRESET=tiny
+  KC_ARGS=(--rows 24 --cols 4099 --k 8); PARITY_STEPS=8; NS=(1 4)
+  DURATION=1; WARMUP=0.5; ANSWER=24; BENCH_DTYPE=f32
+else
+  DEVICE=cuda; BACKEND=cuda; SMALL=qwen3-0.6b; LARGE=qwen3-8b; PARITY_PRESET=qwen3-0.6b
+  KC_ARGS=(--rows 256 --cols 151936 --k 8); PARITY_STEPS=32; NS=(1 4 8 16)
+  DURATION=3; WARMUP=1; ANSWER=256; BENCH_DTYPE=bf16
+fi
+
+# The GPU machine's torch: its libtorch and CUDA runtime replace the build
+# machine's (the binaries' RUNPATH points at the build machine's).
+TORCH_DIR=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__))') || {
+  echo "gpu-check: $PY cannot import torch" >&2; exit 2; }
+SITE=$(dirname "$TORCH_DIR")
+export LD_LIBRARY_PATH="$TORCH_DIR/lib:$SITE/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export RUST_LOG=${RUST_LOG:-info}
+
+record() { # name status detail
+  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$RESULTS"
+  printf '[%4ss] %-28s %s  %s\n' "$(( $(date +%s) - T0 ))" "$1" "$2" "$3"
+}
+
+# ---- 1. build sanity ---------------------------------------------------------
+"$BIN" --version > "$OUT_DIR/version.txt" 2>&1 && record version PASS "$(cat "$OUT_DIR/version.txt")" \
+  || record version FAIL "tokenrouter --version"
+"$PY" - > "$OUT_DIR/torch.txt" 2>&1 <<'PYEOF'
+import torch
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", p.name, "memory_gib", round(p.total_memory / 2**30, 1), "sm", f"{p.major}{p.minor}")
+PYEOF
+record torch "$( [ $? = 0 ] && echo PASS || echo FAIL )" "$(tr '\n' ' ' < "$OUT_DIR/torch.txt")"
+if [ "$DRY" = 0 ]; then
+  nvidia-smi > "$OUT_DIR/nvidia-smi.txt" 2>&1 || true
+fi
+
+# ---- 3 (model first: step 1 decodes with it). A random-weight checkpoint ----
+MODEL=$OUT_DIR/models/parity-$PARITY_PRESET
+rm -rf "$MODEL"
+if timeout 300 "$BIN" gen-random --preset "$PARITY_PRESET" "$MODEL" --seed 11 --dtype f32 \
+     --tokenizer-dir "$TOKDIR" > "$OUT_DIR/gen-random.log" 2>&1; then
+  record gen-random PASS "$PARITY_PRESET, f32"
+else
+  record gen-random FAIL "see gen-random.log"
+fi
+
+PROMPT="The history of the printing press begins in the fifteenth century"
+generate() { # dtype graphs -> ids JSON line on stdout
+  timeout 180 "$BIN" generate --model "$MODEL" --prompt "$PROMPT" --max-tokens "$PARITY_STEPS" \
+    --device "$DEVICE" --dtype "$1" --cuda-graphs "$2" --print-ids 2> "$OUT_DIR/generate-$1-graphs-$2.log" \
+    > /dev/null && grep '^{"ids"\|^{"prompt_ids"' "$OUT_DIR/generate-$1-graphs-$2.log" | tail -1
+}
+
+# Build sanity, part 2: the CUDA path decodes with graphs and the shim.
+GRAPHS_ON=$([ "$DRY" = 1 ] && echo off || echo on)
+if OURS_F32_G=$(generate f32 "$GRAPHS_ON"); then
+  record "decode (graphs $GRAPHS_ON)" PASS "$DEVICE f32"
+else
+  record "decode (graphs $GRAPHS_ON)" FAIL "see generate-f32-graphs-$GRAPHS_ON.log"
+fi
+
+# ---- 2. kernels ----------------------------------------------------------------
+if timeout 180 "$KC" --backend "$BACKEND" "${KC_ARGS[@]}" > "$OUT_DIR/kernel-check.jsonl" 2>&1; then
+  record kernels PASS "$(grep -c '"pass":true' "$OUT_DIR/kernel-check.jsonl") checks passed, $(grep -c skipped "$OUT_DIR/kernel-check.jsonl") skipped ($BACKEND)"
+else
+  record kernels FAIL "see kernel-check.jsonl"
+fi
+
+# ---- 3. parity against transformers ------------------------------------------
+if ! "$PY" -c 'import transformers' 2>/dev/null && [ -d "$BUNDLE/wheels" ]; then
+  "$PY" -m pip install -q --no-index --find-links "$BUNDLE/wheels" --target "$OUT_DIR/pydeps" \
+    transformers > "$OUT_DIR/pip.log" 2>&1 && export PYTHONPATH="$OUT_DIR/pydeps${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if ! "$PY" -c 'import transformers' 2>/dev/null; then
+  record parity SKIP "transformers not importable by $PY and no usable wheels/ in the bundle"
+else
+  compare() { # label ours_json dtype strict
+    local ours=$2 ref prompt
+    prompt=$(printf '%s' "$ours" | "$PY" -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["prompt_ids"]))')
+    ref=$(timeout 300 "$PY" "$ROOT/scripts/gpu_parity.py" "$MODEL" --prompt-ids "$prompt" \
+      --steps "$PARITY_STEPS" --device "$DEVICE" --dtype "$3" 2> "$OUT_DIR/parity-ref-$1.log" | tail -1)
+    printf '%s\n%s\n' "$ours" "$ref" > "$OUT_DIR/parity-$1.json"
+    local verdict
+    verdict=$(printf '%s\n%s\n' "$ours" "$ref" | "$PY" -c '
+import json, sys
+a = json.loads(sys.stdin.readline())["ids"]; b = json.loads(sys.stdin.readline())["ids"]
+n = 0
+while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+print(("EQUAL" if a == b else "DIFF"), f"{n}/{max(len(a), len(b))} ids agree")' 2>&1)
+    if [ -z "$ref" ]; then
+      record "parity $1" FAIL "reference failed: see parity-ref-$1.log"
+    elif [[ $verdict == EQUAL* ]]; then
+      record "parity $1" PASS "${verdict#EQUAL }"
+    elif [ "$4" = strict ]; then
+      record "parity $1" FAIL "${verdict#DIFF }"
+    else
+      record "parity $1" INFO "${verdict#DIFF } (bf16 rounding may flip near-ties)"
+    fi
+  }
+  if OURS=$(generate f32 off); then compare "f32 graphs off" "$OURS" f32 strict; else record "parity f32 graphs off" FAIL "our generate failed"; fi
+  if [ "$DRY" = 0 ]; then
+    if [ -n "${OURS_F32_G:-}" ]; then compare "f32 graphs on" "$OURS_F32_G" f32 strict; else record "parity f32 graphs on" FAIL "our generate failed"; fi
+    if OURS=$(generate bf16 off); then compare "bf16 graphs off" "$OURS" bf16 info; else record "parity bf16" FAIL "our generate failed"; fi
+  fi
+fi
+
+# ---- 4. benchmark ----------------------------------------------------------------
+BENCH=$OUT_DIR/bench.jsonl
+: > "$BENCH"
+bench() { # label mode N graphs streams thresholds [small large]
+  local small=${7:-$SMALL} large=${8:-$LARGE} line
+  line=$(timeout 120 "$BIN" sim-bench --json --presets "$small,$large" --device "$DEVICE" \
+    --dtype "$BENCH_DTYPE" --mode "$2" --concurrency "$3" --cuda-graphs "$4" --cuda-streams "$5" \
+    --thresholds "$6" --route-probability 0.35 --duration-s "$DURATION" --warmup-s "$WARMUP" \
+    --answer-tokens "$ANSWER" --prompt-tokens 32 2>> "$OUT_DIR/bench.log" | tail -1)
+  if [ -n "$line" ]; then
+    printf '{"label":"%s","graphs":"%s","streams":"%s","result":%s}\n' "$1" "$4" "$5" "$line" >> "$BENCH"
+  else
+    record "bench $1 N=$3 g=$4 s=$5" FAIL "see bench.log"
+  fi
+}
+step_ms() { # bench label N -> mean step ms of model 0
+  "$PY" - "$BENCH" "$1" "$2" <<'PYEOF'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if r["label"] == sys.argv[2] and r["result"]["options"]["concurrency"] == int(sys.argv[3]):
+        res = r["result"]
+        print(round(1e3 * res["wall_s"] / max(res["steps_per_model"][0], 1), 3))
+        break
+PYEOF
+}
+GRAPH_CFGS=(off)
+[ "$DRY" = 0 ] && GRAPH_CFGS=(off on)
+# Step times at batch 1 feed the tuner.
+bench small-only small_only 1 off on 1,1
+bench large-only large_only 1 off on 1,1
+LS=$(step_ms small-only 1); LL=$(step_ms large-only 1)
+# About a hundred slots for the large model's step keeps the chain small.
+DELTA=$("$PY" -c "import sys; print(max(0.1, round(float(sys.argv[1] or 0) / 100, 2)))" "${LL:-0}")
+declare -A B
+if [ -n "$LS" ] && [ -n "$LL" ] && timeout 120 "$BIN" tune --latencies-ms "$LS,$LL" --transition '[[0.65,0.35],[1,0]]' \
+     --credit '[[1,0],[1,0]]' --delta-ms "$DELTA" --concurrency "$(IFS=,; echo "${NS[*]}")" --json \
+     > "$OUT_DIR/tune.json" 2> "$OUT_DIR/tune.log"; then
+  while read -r n b; do B[$n]=$b; done < <("$PY" -c '
+import json, sys
+rows = json.load(open(sys.argv[1]))
+rows = rows["results"] if isinstance(rows, dict) else rows
+for r in rows: print(r["concurrency"], ",".join(map(str, r["thresholds"])))' "$OUT_DIR/tune.json")
+  record tune PASS "step ms small $LS, large $LL; B: $(for n in "${NS[@]}"; do printf 'N=%s:%s ' "$n" "${B[$n]:-?}"; done)"
+else
+  record tune FAIL "no step times or tune failed (tune.log); B=1,1"
+fi
+for n in "${NS[@]}"; do
+  b=${B[$n]:-1,1}
+  for g in "${GRAPH_CFGS[@]}"; do
+    [ "$n" = 1 ] && [ "$g" = off ] || bench large-only large_only "$n" "$g" on 1,1
+    [ "$n" = 1 ] && [ "$g" = off ] || bench small-only small_only "$n" "$g" on 1,1
+    bench routed async_delayed "$n" "$g" on "$b"
+  done
+  bench routed-default-stream async_delayed "$n" off off "$b"
+  bench std-serving std_serving "$n" off on 1,1
+done
+[ "$WITH_32B" = 1 ] && [ "$DRY" = 0 ] && bench routed-32b async_delayed 8 on on "${B[8]:-1,1}" qwen3-0.6b qwen3-32b
+
+# Ratios against the issue's targets.
+"$PY" - "$BENCH" "$DRY" > "$OUT_DIR/bench.md" 2>> "$OUT_DIR/bench.log" <<'PYEOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+dry = sys.argv[2] == "1"
+def tput(label, n, g="off", s="on"):
+    for r in rows:
+        o = r["result"]["options"]
+        if r["label"] == label and o["concurrency"] == n and r["graphs"] == g and r["streams"] == s:
+            return r["result"]["throughput_tok_s"]
+def step(label, n, g):
+    for r in rows:
+        o = r["result"]["options"]
+        if r["label"] == label and o["concurrency"] == n and r["graphs"] == g:
+            res = r["result"]
+            return 1e3 * res["wall_s"] / max(res["steps_per_model"][0], 1)
+ns = sorted({r["result"]["options"]["concurrency"] for r in rows})
+print("| N | large-only tok/s | routed tok/s (graphs off) | routed tok/s (graphs on) | routed, default stream | Std. Serving tok/s | routed / large-only |")
+print("|---|---|---|---|---|---|---|")
+for n in ns:
+    lo, ro, rg = tput("large-only", n), tput("routed", n), tput("routed", n, "on")
+    rd, st = tput("routed-default-stream", n, "off", "off"), tput("std-serving", n)
+    best = max(x for x in (ro, rg) if x is not None) if (ro or rg) else None
+    f = lambda x: "-" if x is None else f"{x:.1f}"
+    print(f"| {n} | {f(lo)} | {f(ro)} | {f(rg)} | {f(rd)} | {f(st)} | {'-' if not (lo and best) else f'{best / lo:.2f}'} |")
+print()
+for n in ns:
+    a, b = step("small-only", n, "off"), step("small-only", n, "on")
+    if a and b:
+        print(f"- small-model step at N={n}: {a:.2f} ms eager, {b:.2f} ms with graphs ({100 * (1 - b / a):.0f}% less; target >= 30% at N <= 8)")
+lo8 = tput("large-only", 8); r8 = max(filter(None, [tput("routed", 8), tput("routed", 8, "on")]), default=None)
+if lo8 and r8:
+    print(f"- token-routed / 8B-only at N=8: {r8 / lo8:.2f} (target >= 1.5)")
+if not dry:
+    # Qwen3-0.6B: 596M bf16 parameters read once per step, plus the batch's
+    # KV (28 layers x 8 kv heads x 128 x K,V x bf16) at a mean context of
+    # prompt + half an answer. H200 HBM: 4.8 TB/s.
+    kv = 16 * (32 + 128) * 28 * 8 * 128 * 2 * 2
+    roof_ms = (596e6 * 2 + kv) / 4.8e12 * 1e3
+    for g in ("off", "on"):
+        ms = step("small-only", 16, g)
+        if ms:
+            print(f"- Qwen3-0.6B at batch 16, graphs {g}: {ms:.2f} ms/step (mean over all steps, prefills included); "
+                  f"HBM roofline {roof_ms:.3f} ms: {100 * roof_ms / ms:.0f}% of it (target >= 50%)")
+if dry:
+    print("- dry run: tiny CPU models; these numbers only prove the plumbing")
+PYEOF
+echo "- load average after the benchmark: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT_DIR/bench.md"
+record bench "$( [ -s "$BENCH" ] && echo PASS || echo FAIL )" "$(wc -l < "$BENCH") runs; table in bench.md"
+
+# ---- report ----------------------------------------------------------------------
+{
+  echo "# GPU check ($( [ "$DRY" = 1 ] && echo 'DRY RUN on CPU' || echo GPU ))"
+  echo
+  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "- command: scripts/gpu-check.sh$( [ "$DRY" = 1 ] && echo ' --dry-run')"
+  echo "- machine: $(tr '\n' ' ' < "$OUT_DIR/torch.txt")"
+  echo "- elapsed: $(( $(date +%s) - T0 )) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo
+  echo "| check | result | detail |"
+  echo "|---|---|---|"
+  awk -F'\t' '{printf "| %s | %s | %s |\n", $1, $2, $3}' "$RESULTS"
+  echo
+  echo "## Benchmark"
+  echo
+  cat "$OUT_DIR/bench.md"
+} > "$REPORT"
+echo "gpu-check: report in $REPORT"
+rm -rf "$OUT_DIR/models"
+if grep -q $'\tFAIL\t' "$RESULTS"; then
+  echo "gpu-check: FAILED checks:"; grep $'\tFAIL\t' "$RESULTS" | cut -f1,3
+  exit 1
+fi
+exit 0
