@@ -143,7 +143,7 @@ K8S_STATE ?= $(TARGET_DIR)/k8s-test-state
 K8S_BIN   := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/bin
 HADOLINT_VERSION := 2.15.1
 HADOLINT  := $(VENV)/bin/hadolint
-K8S_TESTS := --test k8s_operator --test k8s_chart --test k8s_engine_config
+K8S_TESTS := -p operator --test k8s_operator --test k8s_chart
 
 .PHONY: k8s-kit crdgen hadolint helm-check test-k8s
 
@@ -173,4 +173,5 @@ helm-check: k8s-kit
 test-k8s: k8s-kit hadolint helm-check
 	bash -c 'set -euo pipefail; st=$(K8S_STATE); \
 	  bash $(K8S_KIT)/up.sh "$$st" >/dev/null; trap "bash $(K8S_KIT)/down.sh $$st" EXIT; \
-	  . "$$st/env"; TOKENROUTER_REQUIRE_K8S=1 cargo test --release $(K8S_TESTS)'
+	  . "$$st/env"; TOKENROUTER_REQUIRE_K8S=1 cargo test --release $(K8S_TESTS) && \
+	  cargo test --release --test k8s_engine_config'
