@@ -1,148 +1,13 @@
-//! The gateway's shared state and the HTTP server that serves it.
+//! The HTTP server that serves the gateway's [`Gateway`] state.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use prometheus::Registry;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::auth::ApiKeys;
-use crate::error::ApiError;
-use crate::metrics::GatewayMetrics;
-use crate::pool::Pool;
-use crate::shutdown::Shutdown;
-use crate::text::TextSide;
-use crate::validate::Catalog;
-
-/// Settings of the HTTP front door.
-#[derive(Debug, Clone)]
-pub struct GatewayOptions {
-    /// Largest accepted body.
-    pub max_body_bytes: usize,
-    /// Sequences generating at once per group.
-    pub max_inflight: usize,
-    /// Requests waiting per group.
-    pub max_queue: usize,
-    /// `Retry-After` of a 429.
-    pub retry_after_s: u64,
-    /// How long a drain waits for in-flight requests.
-    pub drain_timeout: Duration,
-}
-
-impl GatewayOptions {
-    /// From the config's `gateway:` block.
-    pub fn from_config(g: &subserver::config::GatewayConfig) -> Self {
-        Self {
-            max_body_bytes: g.max_body_bytes,
-            max_inflight: g.max_inflight,
-            max_queue: g.max_queue,
-            retry_after_s: g.retry_after_s,
-            drain_timeout: Duration::from_millis(g.drain_timeout_ms),
-        }
-    }
-}
-
-/// Everything a request handler needs.
-pub struct Gateway {
-    /// The groups.
-    pub pool: Pool,
-    /// Tokenizer and chat template.
-    pub text: TextSide,
-    /// Served model names.
-    pub catalog: Catalog,
-    /// Collectors.
-    pub metrics: GatewayMetrics,
-    /// Accepted API keys.
-    pub keys: ApiKeys,
-    /// Drain state.
-    pub shutdown: Shutdown,
-    /// Settings.
-    pub options: GatewayOptions,
-    /// Registries appended to `/metrics` (in-process subservers).
-    pub extra_registries: Vec<Registry>,
-    next_id: AtomicU64,
-}
-
-impl Gateway {
-    /// A gateway with no groups yet (see [`Pool::set_backends`]).
-    pub fn new(
-        catalog: Catalog,
-        text: TextSide,
-        keys: ApiKeys,
-        options: GatewayOptions,
-        extra_registries: Vec<Registry>,
-    ) -> Result<Self, prometheus::Error> {
-        Ok(Self {
-            pool: Pool::new(options.max_inflight, options.max_queue),
-            metrics: GatewayMetrics::new(&catalog.served)?,
-            text,
-            catalog,
-            keys,
-            shutdown: Shutdown::new(),
-            options,
-            extra_registries,
-            next_id: AtomicU64::new(1),
-        })
-    }
-
-    /// A fresh request id.
-    pub fn next_id(&self) -> String {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros())
-            .unwrap_or(0);
-        format!("{t:x}{n:x}")
-    }
-
-    /// Counts a failed request by type.
-    pub fn count_error(&self, e: &ApiError) {
-        self.metrics
-            .errors
-            .with_label_values(&[e.error_type()])
-            .inc();
-    }
-
-    /// Refreshes the running/waiting gauges and group counts.
-    pub fn refresh_gauges(&self) {
-        let groups = self.pool.groups();
-        let (mut running, mut waiting, mut up) = (0usize, 0usize, 0usize);
-        for g in &groups {
-            running += g.admission.running_requests();
-            waiting += g.admission.queued();
-            up += usize::from(g.backend.healthy());
-        }
-        let name = self.metrics.model_name().to_string();
-        self.metrics
-            .running
-            .with_label_values(&[&name])
-            .set(running as i64);
-        self.metrics
-            .waiting
-            .with_label_values(&[&name])
-            .set(waiting as i64);
-        self.metrics
-            .groups
-            .with_label_values(&["healthy"])
-            .set(up as f64);
-        self.metrics
-            .groups
-            .with_label_values(&["unhealthy"])
-            .set((groups.len() - up) as f64);
-    }
-
-    /// Requests holding slots in any group.
-    pub fn in_flight(&self) -> usize {
-        self.pool
-            .groups()
-            .iter()
-            .map(|g| g.admission.running_requests() + g.admission.queued())
-            .sum()
-    }
-}
+pub use crate::state::{Gateway, GatewayOptions};
 
 /// Errors starting the server.
 #[derive(Debug, thiserror::Error)]
@@ -183,9 +48,24 @@ impl GatewayServer {
         let routes = crate::routes::routes(gateway.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let incoming = tokio_stream_listener(listener);
-        let server = warp::serve(routes).serve_incoming_with_graceful_shutdown(incoming, async {
-            let _ = stop_rx.await;
+        // hyper directly (warp's `serve` has no header timeout): the
+        // header timer runs from the first byte a request is awaited on.
+        let service = warp::service(routes);
+        let make = hyper::service::make_service_fn(move |_| {
+            let service = service.clone();
+            async move { Ok::<_, std::convert::Infallible>(service) }
         });
+        let server = hyper::Server::builder(hyper::server::accept::from_stream(incoming))
+            .http1_header_read_timeout(gateway.options.header_timeout)
+            .serve(make)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            });
+        let server = async move {
+            if let Err(e) = server.await {
+                tracing::warn!(error = %e, "gateway server stopped with an error");
+            }
+        };
         let task = tokio::spawn(server);
         let g = gateway.clone();
         let gauges = tokio::spawn(async move {

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use subserver::config::EngineConfig;
+use subserver::http::{AdminToken, ControlAccess};
 use subserver::service::member::MemberService;
 use subserver::service::Service;
 
@@ -17,28 +18,42 @@ pub struct SubserverArgs {
     #[arg(long)]
     config: PathBuf,
     /// The model this process serves.
-    #[arg(
-        long,
-        required_unless_present = "all_models",
-        conflicts_with = "all_models"
-    )]
+    #[arg(long, required_unless_present = "all_models", conflicts_with = "all_models")]
     model: Option<String>,
     /// Serve every model of the group in this process (in-process transport),
     /// with the entry's `/internal/generate` on `--admin`.
     #[arg(long)]
     all_models: bool,
-    /// Address of `/metrics`, `/health` and `/admin/*`.
+    /// Address of `/metrics`, `/health` and (unless `--control`) `/admin/*`
+    /// and `/internal/generate`.
     #[arg(long)]
     admin: Option<SocketAddr>,
+    /// Serve `/admin/*` and `/internal/generate` on this address instead;
+    /// without a token it must be a loopback address.
+    #[arg(long, requires = "admin")]
+    control: Option<SocketAddr>,
+    /// File holding the bearer token of `/admin/*` and `/internal/generate`
+    /// (default: `$TOKENROUTER_ADMIN_TOKEN_FILE`, then
+    /// `$TOKENROUTER_ADMIN_TOKEN`); without a token they answer loopback
+    /// clients only.
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
 }
 
 /// Runs `subserver` until the process is stopped.
 pub fn run(args: SubserverArgs) -> Result<()> {
+    let mut access = ControlAccess::from_env().map_err(anyhow::Error::msg)?;
+    if let Some(file) = &args.admin_token_file {
+        access.token = Some(AdminToken::from_file(file).map_err(anyhow::Error::msg)?);
+    }
+    access.bind = args.control;
+    // Refused before the config and the models load.
+    access.check().map_err(anyhow::Error::msg)?;
     let cfg = EngineConfig::from_file(&args.config)?;
     let Some(model) = args.model else {
-        return run_group(&cfg, args.admin);
+        return run_group(&cfg, args.admin, access);
     };
-    let svc = MemberService::start(&cfg, &model, args.admin)?;
+    let svc = MemberService::start_with_access(&cfg, &model, args.admin, access)?;
     eprintln!(
         "subserver `{}` running (model {} of {}){}",
         model,
@@ -55,8 +70,8 @@ pub fn run(args: SubserverArgs) -> Result<()> {
 }
 
 /// `--all-models`: the whole group in this process until it is stopped.
-fn run_group(cfg: &EngineConfig, admin: Option<SocketAddr>) -> Result<()> {
-    let svc = Service::start(cfg, admin)?;
+fn run_group(cfg: &EngineConfig, admin: Option<SocketAddr>, access: ControlAccess) -> Result<()> {
+    let svc = Service::start_with_access(cfg, admin, access)?;
     eprintln!(
         "subserver group running ({} models){}",
         cfg.model_names().len(),
