@@ -208,7 +208,7 @@ K8S_STATE ?= $(TARGET_DIR)/k8s-test-state
 K8S_BIN   := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/bin
 HADOLINT_VERSION := 2.15.1
 HADOLINT  := $(VENV)/bin/hadolint
-K8S_TESTS := --test k8s_operator --test k8s_chart --test k8s_engine_config
+K8S_TESTS := -p operator --test k8s_operator --test k8s_chart
 
 .PHONY: k8s-kit crdgen hadolint helm-check test-k8s
 
@@ -236,7 +236,7 @@ helm-check: k8s-kit
 # Starts the kit on its own state dir, runs the Kubernetes tests against it
 # (TOKENROUTER_REQUIRE_K8S=1: a missing cluster fails them), stops it even on failure.
 test-k8s: k8s-kit hadolint helm-check
-	$(call with_k8s,cargo test --release $(K8S_TESTS))
+	$(call with_k8s,cargo test --release $(K8S_TESTS) && cargo test --release --test k8s_engine_config)
 
 # $(call with_k8s,CMD): runs CMD with the kit up on its own state dir and
 # stops the kit even when CMD fails.

@@ -1,0 +1,185 @@
+//! Helpers of the tests that need a Kubernetes API server (the k8s test
+//! kit that `make test-k8s` starts, or any cluster named by `KUBECONFIG`).
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crds::TokenRouterDeployment;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::Client;
+
+/// Only catches hangs: every wait ends on an observed event long before.
+pub const HANG: Duration = Duration::from_secs(120);
+
+/// `make test-k8s` sets this: a missing cluster is then a failure, not a skip.
+pub fn required() -> bool {
+    std::env::var("TOKENROUTER_REQUIRE_K8S").is_ok_and(|v| v == "1")
+}
+
+/// A client for the cluster in `KUBECONFIG`, or `None` (the test skips)
+/// when there is none and the run does not require one.
+pub async fn client() -> Option<Client> {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        assert!(
+            !required(),
+            "TOKENROUTER_REQUIRE_K8S=1 but KUBECONFIG is unset: start the k8s test kit"
+        );
+        eprintln!("skipped: KUBECONFIG is unset (`make test-k8s` starts a cluster and runs this)");
+        return None;
+    }
+    Some(
+        Client::try_default()
+            .await
+            .expect("a client for KUBECONFIG"),
+    )
+}
+
+/// Installs (server-side applies) the CRD and waits until it is served.
+pub async fn install_crd(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = crds::crd();
+    let name = crd.metadata.name.clone().unwrap();
+    api.patch(
+        &name,
+        &PatchParams::apply("tokenrouter-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the CRD");
+    tokio::time::timeout(
+        HANG,
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("CRD established in time")
+    .expect("watch the CRD");
+}
+
+/// A fresh namespace (`PREFIX-xxxxxx`) so parallel tests never meet.
+pub async fn namespace(client: &Client, prefix: &str) -> String {
+    let suffix: u32 = rand::random::<u32>() & 0xff_ffff;
+    let name = format!("{prefix}-{suffix:06x}");
+    let ns = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+/// Polls `probe` until it returns `Some`; panics (naming `what`) on a hang.
+pub async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(start.elapsed() < HANG, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A two-model sim resource (no weights needed), `podPerModel`.
+pub fn sim_resource(name: &str, groups: i32) -> TokenRouterDeployment {
+    let yaml = format!(
+        r#"
+apiVersion: tokenrouter.io/v1alpha1
+kind: TokenRouterDeployment
+metadata: {{name: {name}}}
+spec:
+  image: example.com/tokenrouter:test
+  backend: sim
+  models:
+    - name: small
+      entry: true
+      sim: {{latency_ms: {{base: 1}}}}
+    - name: big
+      sim: {{latency_ms: {{base: 5}}}}
+  policy: {{class: Random, kwargs: {{probability: 0.2, seed: 1}}}}
+  groups: {groups}
+  delayedBatching: {{mode: fixed, thresholds: {{small: [1], big: [1, 2]}}}}
+"#
+    );
+    serde_yaml::from_str(&yaml).expect("sample resource")
+}
+
+/// The operator's controller for one namespace, in this process; stopped on drop.
+pub struct Operator {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    /// Starts the controller for `ns` with no drain wait.
+    pub fn start(client: &Client, ns: &str) -> Self {
+        let metrics = operator::metrics::Metrics::new().unwrap();
+        let settings = operator::Settings {
+            drain: operator::groups::DrainPolicy {
+                settle: Duration::ZERO,
+                timeout: Duration::ZERO,
+            },
+            ..operator::Settings::default()
+        };
+        let ctx = Arc::new(operator::Context::new(client.clone(), metrics, settings));
+        let task = tokio::spawn(operator::run(ctx, Some(ns.to_string())));
+        Self { task }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// `PATH` with the k8s test kit's tools (kubectl, helm, kubernetes-validate).
+pub fn kit_path() -> String {
+    let cache = std::env::var("TOKENROUTER_K8S_CACHE").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/tokenrouter-k8s",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    format!("{cache}/bin:{}", std::env::var("PATH").unwrap_or_default())
+}
+
+/// Runs `kubernetes-validate --strict` on `yaml`; returns its output on failure.
+pub fn kubernetes_validate(yaml: &str) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("objects.yaml");
+    std::fs::write(&file, yaml).unwrap();
+    let out = std::process::Command::new("kubernetes-validate")
+        .args(["--strict", "--no-warn", "--quiet"])
+        .arg(&file)
+        .env("PATH", kit_path())
+        .output()
+        .map_err(|e| format!("cannot run kubernetes-validate: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The API of resources in `ns`.
+pub fn trds(client: &Client, ns: &str) -> Api<TokenRouterDeployment> {
+    Api::namespaced(client.clone(), ns)
+}
