@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models
+.PHONY: build run test assets venv venv-ref venv-openai chromium lint bench bench-engine bench-runtime bench-tuner bench-gateway bench-retune clean-models
 
 # --- Python environments -----------------------------------------------------
 
@@ -114,7 +114,7 @@ lint:
 test: assets venv-ref venv-openai chromium lint
 	cargo test --release --workspace --all-targets
 
-bench: bench-engine bench-runtime bench-tuner bench-gateway
+bench: bench-engine bench-runtime bench-tuner bench-gateway bench-retune
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
@@ -129,6 +129,12 @@ bench-gateway: assets
 	cargo build --release --example bench_gateway
 	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway-bench.yaml \
 	  --out $(ROOT)/docs/results/gateway.md
+
+# The measured cost of a stale delayed-batching table and of live retuning
+# (sim backend, ~10 min) -> docs/results/retune.md and retune.svg.
+bench-retune: build
+	cargo build --release --example bench_retune
+	BENCH_RETUNE_OUT=$(ROOT)/docs/results $(TARGET_DIR)/release/examples/bench_retune
 
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \

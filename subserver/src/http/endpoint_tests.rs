@@ -320,3 +320,24 @@ fn bind_errors_name_the_address() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn routing_threshold_without_a_knob_reads_null_and_refuses_a_put() {
+    let f = Fixture::start();
+    let (status, body, _) = f.get("/admin/routing_threshold").await;
+    assert_eq!(
+        (status, parse_json(&body)),
+        (200, json!({"routing_threshold": null}))
+    );
+    let (status, body, _) = f
+        .put("/admin/routing_threshold", r#"{"routing_threshold": 0.5}"#)
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error_message(&body).contains("no live routing threshold"),
+        "{body}"
+    );
+    let (status, body, _) = f.put("/admin/routing_threshold", r#"{"p": 0.5}"#).await;
+    assert_eq!(status, 400);
+    assert!(error_message(&body).contains("routing_threshold"), "{body}");
+}

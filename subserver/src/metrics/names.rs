@@ -20,6 +20,22 @@ pub const ACTIVE_CONCURRENCY: &str = "tokenrouter:active_concurrency";
 pub const STEP_LATENCY_SECONDS: &str = "tokenrouter:step_latency_seconds";
 /// Counter `{from, to}`: writer of a token -> writer of the next one.
 pub const ROUTE_TRANSITIONS_TOTAL: &str = "tokenrouter:route_transitions_total";
+/// Counter `{model, to}`: routing decisions at the end of a request's step
+/// on `model`, counted where they are decided: `to == model` when the request
+/// stays, else the model it is handed to. A hand-over that drops the sampled
+/// token (R2R, CITER, Co-LLM, Random) counts here although nothing is
+/// committed. Normalized per `model`, these are the routing matrix P of the
+/// delayed-batching chain.
+pub const ROUTE_DECISIONS_TOTAL: &str = "tokenrouter:route_decisions_total";
+/// Counter `{model, to}`: output tokens the decisions of
+/// [`ROUTE_DECISIONS_TOTAL`] credit (1 for a kept token, 0 for a dropped
+/// one). Divided by the decisions, the chain's credit matrix C.
+pub const ROUTE_CREDITED_TOKENS_TOTAL: &str = "tokenrouter:route_credited_tokens_total";
+/// Counter `{model, batch_size}`: steps of exactly `batch_size` requests.
+pub const STEPS_BY_BATCH_TOTAL: &str = "tokenrouter:steps_by_batch_total";
+/// Counter `{model, batch_size}`: wall seconds of those steps; divided by
+/// [`STEPS_BY_BATCH_TOTAL`], the chain's step latency L(b) at each batch size.
+pub const STEP_SECONDS_BY_BATCH_TOTAL: &str = "tokenrouter:step_seconds_by_batch_total";
 /// Counter `{model}`: tokens written by the model.
 pub const TOKENS_COMMITTED_TOTAL: &str = "tokenrouter:tokens_committed_total";
 /// Counter `{model}`: prompt tokens looked up in the prefix cache.

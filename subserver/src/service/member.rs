@@ -39,6 +39,7 @@ impl MemberService {
             ))
         })?;
         let member = build::member(cfg, index, None)?;
+        let knob = member.policy.knob();
         let settings = build::settings(cfg)?;
         let addresses = resolve_addresses(&tcp.addresses)
             .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
@@ -64,7 +65,7 @@ impl MemberService {
                     (index == cfg.entry_index()).then(|| member.clone() as _);
                 Some(SubserverHttp::start_with_ingress(
                     addr,
-                    Arc::new(MemberAdmin::new(member.clone())),
+                    Arc::new(MemberAdmin::new(member.clone(), knob)),
                     registry,
                     ingress,
                 )?)

@@ -71,6 +71,7 @@ impl Service {
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
         let members = build::members(cfg)?;
+        let knob = members.iter().find_map(|m| m.policy.knob());
         let group = Arc::new(Group::start_with_metrics(
             members,
             build::settings(cfg)?,
@@ -78,7 +79,7 @@ impl Service {
         ));
         let http = match admin {
             Some(addr) => {
-                let api = Arc::new(admin::GroupAdmin::new(group.clone()));
+                let api = Arc::new(admin::GroupAdmin::new(group.clone(), knob));
                 let ingress: Arc<dyn crate::http::Ingress> = group.clone();
                 Some(SubserverHttp::start_with_ingress(
                     addr,
