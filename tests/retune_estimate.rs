@@ -4,7 +4,15 @@
 //! {0.2, 0.35, 0.6}, 6.0 / 27.9 ms steps, closed-loop load. The estimate's P
 //! is within 0.02 of [[1-p, p], [1, 0]], C equals R2R's credit structure
 //! [[1, 0], [1, 0]], the step latencies are within 5%, and the B table from
-//! the estimate equals the table from the true inputs.
+//! the estimate equals the table from the true inputs (at a near-tie of the
+//! true chain, within 1%, either side of the tie is accepted and printed).
+//!
+//! The true step latency is what the group really ran at: each scheduler's
+//! own mean step time over the same window (`/admin/state`). On an idle
+//! machine that is the configured 6.0 / 27.9 ms; on a loaded one the sim's
+//! sleeps overshoot, every step of the window is longer, and the chain's true
+//! input is the longer time. The test checks it is never shorter than the
+//! configured sleep and prints both.
 
 mod common;
 mod retune_support;
@@ -12,7 +20,7 @@ mod retune_support;
 use std::time::{Duration, Instant};
 
 use operator::tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
-use operator::tuner::{best_table, SearchOptions, StepLatency, TunerError, TunerInputs};
+use operator::tuner::{best_table, predict, SearchOptions, StepLatency, TunerError, TunerInputs};
 use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 
 /// Requests kept in flight.
@@ -22,10 +30,14 @@ const CLIENTS: usize = 16;
 const ENTRY_DECISIONS: f64 = 10_000.0;
 /// The B table is compared for concurrency 1..=this.
 const TABLE_N: usize = 8;
+/// A vector within this fraction of the true optimum is a tie of the chain:
+/// measurement noise may pick either side (the tuner's own table shows
+/// runners-up within 0.1-0.5% of B*).
+const TIE: f64 = 0.01;
 
-fn true_inputs(p: f64) -> TunerInputs {
+fn true_inputs(p: f64, latency_ms: &[f64]) -> TunerInputs {
     TunerInputs::new(
-        LATENCY_MS
+        latency_ms
             .iter()
             .map(|&ms| StepLatency::Constant(ms))
             .collect(),
@@ -50,10 +62,12 @@ fn b_table(inputs: &TunerInputs) -> Vec<(Vec<usize>, f64)> {
 }
 
 /// Runs the pair under load until the window since the first scrape holds
-/// enough decisions, and returns the estimate of that window.
-fn estimate_live(topology: Topology, p: f64) -> MetricsEstimate {
+/// enough decisions, and returns the estimate of that window with each
+/// model's mean step time (ms) over it as its scheduler measured it.
+fn estimate_live(topology: Topology, p: f64) -> (MetricsEstimate, Vec<f64>) {
     let group = SimGroup::start(&common::binary(), topology, p, None);
     let load = Load::start(group.entry(), CLIENTS, 128);
+    let steps_before = group.step_stats();
     let baseline = group.scrape();
     let options = EstimateOptions {
         models: MODELS.iter().map(|m| m.to_string()).collect(),
@@ -72,14 +86,20 @@ fn estimate_live(topology: Topology, p: f64) -> MetricsEstimate {
             Err(other) => panic!("{other}"),
         }
     };
+    let steps_after = group.step_stats();
     let counts = load.stop();
     assert_eq!(counts.failed, 0, "requests failed: {counts:?}");
     assert!(counts.finished > 0);
-    estimate
+    let measured = steps_before
+        .iter()
+        .zip(&steps_after)
+        .map(|(b, a)| 1000.0 * (a.1 - b.1) / (a.0 - b.0))
+        .collect();
+    (estimate, measured)
 }
 
 fn check(topology: Topology, p: f64) {
-    let e = estimate_live(topology, p);
+    let (e, measured_ms) = estimate_live(topology, p);
     let truth = [[1.0 - p, p], [1.0, 0.0]];
     for (m, row) in truth.iter().enumerate() {
         for (j, &want) in row.iter().enumerate() {
@@ -102,28 +122,57 @@ fn check(topology: Topology, p: f64) {
             StepLatency::Constant(ms) => vec![(0, *ms)],
             StepLatency::Table(points) => points.clone(),
         };
+        assert!(
+            measured_ms[m] >= 0.99 * LATENCY_MS[m],
+            "{topology:?}: model {m} stepped in {} ms, below its {} ms sleep",
+            measured_ms[m],
+            LATENCY_MS[m]
+        );
         for (batch, ms) in points {
-            let error = (ms - LATENCY_MS[m]).abs() / LATENCY_MS[m];
+            let error = (ms - measured_ms[m]).abs() / measured_ms[m];
             assert!(
                 error <= 0.05,
-                "{topology:?} p={p}: L_{m}({batch}) = {ms:.3} ms, true {} ms",
-                LATENCY_MS[m]
+                "{topology:?} p={p}: L_{m}({batch}) = {ms:.3} ms, true {:.3} ms",
+                measured_ms[m]
             );
         }
     }
     let estimated = e.to_inputs(None, 0.1, Some(1)).unwrap();
-    let (from_estimate, from_truth) = (b_table(&estimated), b_table(&true_inputs(p)));
+    let truth = true_inputs(p, &measured_ms);
+    let (from_estimate, from_truth) = (b_table(&estimated), b_table(&truth));
     let b = |t: &[(Vec<usize>, f64)]| t.iter().map(|r| r.0.clone()).collect::<Vec<_>>();
-    assert_eq!(
-        b(&from_estimate),
-        b(&from_truth),
-        "{topology:?} p={p}: B table from the estimate (left) differs from the true one\n\
-         estimate {e:?}\nestimated {from_estimate:?}\ntrue {from_truth:?}"
-    );
+    // Equal, except where the true chain has a near-tie: there the estimate's
+    // vector must be worth, under the true inputs, within TIE of the optimum.
+    let mut ties = Vec::new();
+    for (i, (est, tru)) in from_estimate.iter().zip(&from_truth).enumerate() {
+        if est.0 == tru.0 {
+            continue;
+        }
+        let n = i + 1;
+        let worth = predict(&truth.with_concurrency(n).unwrap(), &est.0)
+            .map(|r| r.throughput_tok_s)
+            .unwrap_or(0.0);
+        assert!(
+            worth >= (1.0 - TIE) * tru.1,
+            "{topology:?} p={p}: at N={n} the estimate picks {:?} ({worth:.2} tok/s under the true \
+             inputs), the true B* is {:?} ({:.2} tok/s)\nestimate {e:?}\nestimated {from_estimate:?}\n\
+             true {from_truth:?}",
+            est.0,
+            tru.0,
+            tru.1
+        );
+        ties.push((
+            n,
+            est.0.clone(),
+            tru.0.clone(),
+            100.0 * (1.0 - worth / tru.1),
+        ));
+    }
     eprintln!(
-        "{topology:?} p={p}: P={:?} L={:?} decisions={:?} B*={:?}",
+        "{topology:?} p={p}: P={:?} L={:?} (steps ran {measured_ms:?} ms, configured {LATENCY_MS:?}; load {}) decisions={:?} B*={:?} near-ties (N, estimate, true, % lost)={ties:?}",
         e.transition,
         e.latency,
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
         e.decisions,
         b(&from_truth)
     );

@@ -8,7 +8,7 @@
 #![allow(dead_code)]
 
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -175,6 +175,35 @@ impl SimGroup {
             })
             .collect();
         MetricSeries::from_texts(&texts).expect("parse metrics")
+    }
+
+    /// Per model, (steps, step seconds) as its scheduler counts them
+    /// (`/admin/state`): the latency the group really runs at, which the
+    /// machine's load can stretch beyond the configured sleep.
+    pub fn step_stats(&self) -> Vec<(f64, f64)> {
+        let client = client();
+        MODELS
+            .iter()
+            .zip(&self.admin)
+            .map(|(model, url)| {
+                let state: serde_json::Value = client
+                    .get(format!("{url}/admin/state"))
+                    .send()
+                    .and_then(|r| r.json())
+                    .unwrap_or_else(|e| panic!("GET {url}/admin/state: {e}"));
+                let stats = if state["models"].is_object() {
+                    &state["models"][model]
+                } else {
+                    &state["stats"]
+                };
+                let f = |k: &str| {
+                    stats[k]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{k} in {state}"))
+                };
+                (f("steps"), f("step_seconds"))
+            })
+            .collect()
     }
 
     /// Moves Random's probability through the policy's live knob on every
