@@ -27,8 +27,8 @@ use operator::retune::{
     decide, threshold_at, Decision, GroupTuner, GroupView, MetricsSource, PodTarget, TuneOutcome,
     TuneSettings,
 };
-use operator::tuner::metrics::MetricsEstimate;
-use operator::tuner::{predict, StepLatency, TunerInputs};
+use tuner::metrics::MetricsEstimate;
+use tuner::{predict, StepLatency, TunerInputs};
 use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 
 const CONCURRENCIES: [usize; 3] = [4, 8, 16];

@@ -19,8 +19,8 @@ mod retune_support;
 
 use std::time::{Duration, Instant};
 
-use operator::tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
-use operator::tuner::{best_table, predict, SearchOptions, StepLatency, TunerError, TunerInputs};
+use tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
+use tuner::{best_table, predict, SearchOptions, StepLatency, TunerError, TunerInputs};
 use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 
 /// Requests kept in flight.

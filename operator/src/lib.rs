@@ -1,5 +1,4 @@
-//! The delayed-batching tuner now; the Kubernetes controller later.
+//! The Kubernetes controller for `TokenRouterDeployment` (the operator issue).
 #![warn(missing_docs)]
 
 pub mod retune;
-pub mod tuner;

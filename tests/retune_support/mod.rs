@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use operator::tuner::metrics::{MetricSeries, MetricsText};
+use tuner::metrics::{MetricSeries, MetricsText};
 use subserver::http::ingress::WireEvent;
 use subserver::sampling::SamplingParams;
 

@@ -7,8 +7,8 @@
 //! in P moves B* only between near-equal vectors, whose gain stays below `min_gain_percent`,
 //! so B does not flap. A change of routing moves B* to a vector that is worth pushing.
 
-use crate::tuner::metrics::MetricsEstimate;
-use crate::tuner::{best_table, predict_with, SearchOptions, TunerError};
+use tuner::metrics::MetricsEstimate;
+use tuner::{best_table, predict_with, SearchOptions, TunerError};
 use serde::Serialize;
 
 /// What the tune loop requires and allows (the resource's `spec.tuning`, resolved).
@@ -138,7 +138,7 @@ pub fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::StepLatency;
+    use tuner::StepLatency;
 
     fn estimate(p: f64) -> MetricsEstimate {
         MetricsEstimate {

@@ -7,7 +7,7 @@
 //! 2. **window** them: the increase since the last accepted estimate ([`SampleWindow`]), so a
 //!    change of routing shows within one window instead of being averaged into the process
 //!    lifetime (Prometheus answers `increase(...[interval])` directly);
-//! 3. **estimate** P, C and L(b) ([`crate::tuner::metrics::estimate`]); too few samples is an
+//! 3. **estimate** P, C and L(b) ([`tuner::metrics::estimate`]); too few samples is an
 //!    outcome, not an error: the window grows and the status says so;
 //! 4. **decide** with hysteresis ([`decide::decide`]): the B table for concurrency
 //!    1..=the group's admission limit, pushed only when its predicted gain over the applied
@@ -28,8 +28,8 @@ pub use metrics::RetuneMetrics;
 pub use sources::{push_thresholds, query_prometheus, scrape_pods, PodTarget};
 pub use window::SampleWindow;
 
-use crate::tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
-use crate::tuner::TunerError;
+use tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
+use tuner::TunerError;
 use std::collections::BTreeMap;
 
 /// Why a tune failed (a too-small sample is not a failure: see [`TuneOutcome`]).

@@ -2,10 +2,10 @@
 //! thresholds go (each pod's `PUT /admin/thresholds`, with the operator's bearer token).
 
 use super::RetuneError;
-use crate::tuner::metrics::estimate::{
+use tuner::metrics::estimate::{
     CONCURRENCY, CREDITED, DECISIONS, SECONDS_BY_BATCH, STEPS_BY_BATCH,
 };
-use crate::tuner::metrics::{MetricSeries, MetricsText, Sample};
+use tuner::metrics::{MetricSeries, MetricsText, Sample};
 use std::collections::BTreeMap;
 
 /// One pod of a group: its admin base URL (`http://10.0.0.7:9400`) and the models it serves.

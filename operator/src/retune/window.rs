@@ -6,7 +6,7 @@
 //! scrape. A change of routing is therefore fully visible one accepted window after it
 //! happened (at most two intervals when each interval holds enough samples).
 
-use crate::tuner::metrics::MetricSeries;
+use tuner::metrics::MetricSeries;
 
 /// Baseline of one group's counters.
 #[derive(Debug, Clone, Default)]
@@ -41,7 +41,7 @@ impl SampleWindow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::metrics::MetricsText;
+    use tuner::metrics::MetricsText;
 
     fn series(v: u32) -> MetricSeries {
         MetricSeries::from_texts(&[MetricsText {

@@ -2,7 +2,7 @@
 //! (recorded scrapes, offline tuning).
 
 use super::exposition::MetricsText;
-use crate::tuner::error::TunerError;
+use crate::error::TunerError;
 use std::time::Duration;
 
 /// Reads every source, in order. Must not be called from inside an async runtime.

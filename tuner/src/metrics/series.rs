@@ -6,7 +6,7 @@
 //! a counter that went down was reset (the pod restarted) and counts from zero.
 
 use super::exposition::{parse_exposition, MetricsText, Sample};
-use crate::tuner::error::TunerError;
+use crate::error::TunerError;
 use std::collections::HashMap;
 
 /// Label pairs, sorted by name.

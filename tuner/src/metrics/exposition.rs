@@ -1,7 +1,7 @@
 //! A parser for the Prometheus text exposition format (version 0.0.4), enough for counters,
 //! gauges and histograms: `name{label="value",...} value [timestamp]`, comments, escapes.
 
-use crate::tuner::error::TunerError;
+use crate::error::TunerError;
 
 /// Metrics text and where it came from (URL or file), for error messages.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,8 +20,8 @@
 
 use super::exposition::MetricsText;
 use super::series::{label, MetricSeries};
-use crate::tuner::error::TunerError;
-use crate::tuner::inputs::{StepLatency, TunerInputs};
+use crate::error::TunerError;
+use crate::inputs::{StepLatency, TunerInputs};
 use std::collections::BTreeMap;
 
 /// Routing decisions per `{model, to}`.
