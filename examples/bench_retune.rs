@@ -27,9 +27,9 @@ use operator::retune::{
     decide, threshold_at, Decision, GroupTuner, GroupView, MetricsSource, PodTarget, TuneOutcome,
     TuneSettings,
 };
+use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 use tuner::metrics::MetricsEstimate;
 use tuner::{predict, StepLatency, TunerInputs};
-use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 
 const CONCURRENCIES: [usize; 3] = [4, 8, 16];
 const PS: [f64; 2] = [0.2, 0.6];
@@ -348,12 +348,13 @@ fn main() {
             let pct = |v: f64| 100.0 * (v / cells[0].1 - 1.0);
             let _ = writeln!(
                 rows,
-                "| {n} | {truth} | {:?} | {:.1} ({:.1}) | {:?} | {:.1} ({:.1}) | {:+.1}% | {:.1} ({:.1}) | {:+.1}% | {:.1} / {:.1} ({:.1}) | {} |",
+                "| {n} | {truth} | {:?} | {:.1} ({:.1}) | {:?} | {:.1} ({:.1}) | {:+.1}% | {:.1} ({:.1}) | {:+.1}% | {:.1} / {:.1} ({:.1}) | {} | {:?} |",
                 cells[0].0, cells[0].1, cells[0].2,
                 cells[1].0, cells[1].1, cells[1].2, pct(cells[1].1),
                 cells[2].1, cells[2].2, pct(cells[2].1),
                 l.after_tok_s, l.settled_tok_s, cells[0].2,
                 l.pushes.first().map_or("none".to_string(), |t| format!("{:.1} s", t - LIVE_BEFORE_S)),
+                if l.final_table.is_empty() { Vec::new() } else { vector_at(&l.final_table, n) },
             );
             lives.push((n, other, truth, l));
         }
@@ -393,9 +394,9 @@ fn main() {
     );
     let _ = writeln!(
         md,
-        "| N | true p | (a) B tuned for p | (a) tok/s (pred.) | (b) stale B | (b) tok/s (pred.) | (b) vs (a) | (c) B=1 tok/s (pred.) | (c) vs (a) | (d) live tok/s: after change / settled (pred. of (a)) | (d) first push after change |"
+        "| N | true p | (a) B tuned for p | (a) tok/s (pred.) | (b) stale B | (b) tok/s (pred.) | (b) vs (a) | (c) B=1 tok/s (pred.) | (c) vs (a) | (d) live tok/s: after change / settled (pred. of (a)) | (d) first push after change | (d) B at N in force at the end |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     md.push_str(&rows);
     let _ = writeln!(
         md,

@@ -19,9 +19,9 @@ mod retune_support;
 
 use std::time::{Duration, Instant};
 
+use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 use tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
 use tuner::{best_table, predict, SearchOptions, StepLatency, TunerError, TunerInputs};
-use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 
 /// Requests kept in flight.
 const CLIENTS: usize = 16;

@@ -76,7 +76,7 @@ fn the_loop_tunes_keeps_and_retunes_after_routing_changes_under_load() {
         source: &source,
     };
     let settings = TuneSettings {
-        min_decisions: 1500.0,
+        min_decisions: 600.0,
         min_latency_samples: 30.0,
         ..TuneSettings::default()
     };

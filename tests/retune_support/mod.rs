@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tuner::metrics::{MetricSeries, MetricsText};
 use subserver::http::ingress::WireEvent;
 use subserver::sampling::SamplingParams;
+use tuner::metrics::{MetricSeries, MetricsText};
 
 /// Step latencies of the pair (ms), the example.
 pub const LATENCY_MS: [f64; 2] = [6.0, 27.9];

@@ -7,9 +7,9 @@
 //! in P moves B* only between near-equal vectors, whose gain stays below `min_gain_percent`,
 //! so B does not flap. A change of routing moves B* to a vector that is worth pushing.
 
+use serde::Serialize;
 use tuner::metrics::MetricsEstimate;
 use tuner::{best_table, predict_with, SearchOptions, TunerError};
-use serde::Serialize;
 
 /// What the tune loop requires and allows (the resource's `spec.tuning`, resolved).
 #[derive(Debug, Clone, PartialEq)]

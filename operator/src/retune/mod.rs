@@ -28,9 +28,9 @@ pub use metrics::RetuneMetrics;
 pub use sources::{push_thresholds, query_prometheus, scrape_pods, PodTarget};
 pub use window::SampleWindow;
 
+use std::collections::BTreeMap;
 use tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};
 use tuner::TunerError;
-use std::collections::BTreeMap;
 
 /// Why a tune failed (a too-small sample is not a failure: see [`TuneOutcome`]).
 #[derive(Debug, thiserror::Error)]

@@ -2,11 +2,11 @@
 //! thresholds go (each pod's `PUT /admin/thresholds`, with the operator's bearer token).
 
 use super::RetuneError;
+use std::collections::BTreeMap;
 use tuner::metrics::estimate::{
     CONCURRENCY, CREDITED, DECISIONS, SECONDS_BY_BATCH, STEPS_BY_BATCH,
 };
 use tuner::metrics::{MetricSeries, MetricsText, Sample};
-use std::collections::BTreeMap;
 
 /// One pod of a group: its admin base URL (`http://10.0.0.7:9400`) and the models it serves.
 #[derive(Debug, Clone, PartialEq, Eq)]
