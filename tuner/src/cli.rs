@@ -536,17 +536,17 @@ mod tests {
         let path = dir.path().join("metrics.txt");
         std::fs::write(
             &path,
-            "tokenrouter:route_decisions_total{model=\"quick\",to=\"quick\"} 650\n\
-tokenrouter:route_decisions_total{model=\"quick\",to=\"reference\"} 350\n\
-tokenrouter:route_decisions_total{model=\"reference\",to=\"quick\"} 350\n\
-tokenrouter:route_credited_tokens_total{model=\"quick\",to=\"quick\"} 650\n\
-tokenrouter:route_credited_tokens_total{model=\"quick\",to=\"reference\"} 0\n\
-tokenrouter:route_credited_tokens_total{model=\"reference\",to=\"quick\"} 350\n\
-tokenrouter:steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
-tokenrouter:step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n\
-tokenrouter:steps_by_batch_total{model=\"reference\",batch_size=\"1\"} 100\n\
-tokenrouter:step_seconds_by_batch_total{model=\"reference\",batch_size=\"1\"} 2.79\n\
-tokenrouter:active_concurrency 4\n",
+            "tokenrouter_route_decisions_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"reference\"} 350\n\
+tokenrouter_route_decisions_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"reference\"} 0\n\
+tokenrouter_route_credited_tokens_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n\
+tokenrouter_steps_by_batch_total{model=\"reference\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"reference\",batch_size=\"1\"} 2.79\n\
+tokenrouter_active_concurrency 4\n",
         )
         .unwrap();
         let url = format!("file://{}", path.display());

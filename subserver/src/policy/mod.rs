@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use crate::peer::message::ModelIdx;
 use crate::tokenizer::TextTokenizer;
 
-use crate::scheduler::policy::RoutingPolicy;
+use crate::routing::RoutingPolicy;
 pub use live_threshold::{LiveThreshold, ShareDirection, ThresholdKnob};
 
 /// Policy construction errors.

@@ -12,7 +12,7 @@ use crate::policy::handover::{
 };
 use crate::policy::router::r2r_net::R2rNet;
 use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
-use crate::scheduler::policy::StepView;
+use crate::routing::StepView;
 
 /// `scheduler_kwargs` (as in the official code): `router_path` (required, a
 /// directory from `tokenrouter convert-router`, relative paths against the
@@ -105,7 +105,7 @@ impl HandoverSignal for R2rNet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::policy::{Dest, RoutingPolicy};
+    use crate::routing::{Dest, RoutingPolicy};
 
     #[test]
     fn the_bar_is_inclusive() {
@@ -178,7 +178,7 @@ mod tests {
         )
         .unwrap();
         assert!(p.knob().is_none());
-        let items = [crate::scheduler::policy::RouteItem {
+        let items = [crate::routing::RouteItem {
             rid: 7,
             home: 0,
             token: 5,

@@ -24,16 +24,12 @@ use crate::error::TunerError;
 use crate::inputs::{StepLatency, TunerInputs};
 use std::collections::BTreeMap;
 
-/// Routing decisions per `{model, to}`.
-pub const DECISIONS: &str = "tokenrouter:route_decisions_total";
-/// Credited output tokens per `{model, to}`.
-pub const CREDITED: &str = "tokenrouter:route_credited_tokens_total";
-/// Steps per `{model, batch_size}`.
-pub const STEPS_BY_BATCH: &str = "tokenrouter:steps_by_batch_total";
-/// Step seconds per `{model, batch_size}`.
-pub const SECONDS_BY_BATCH: &str = "tokenrouter:step_seconds_by_batch_total";
-/// Active requests in the group (gauge `{model}`).
-pub const CONCURRENCY: &str = "tokenrouter:active_concurrency";
+/// The series the estimator reads (names from `protocol`, where the subserver takes them).
+pub use protocol::metrics::subserver::{
+    ACTIVE_CONCURRENCY as CONCURRENCY, ROUTE_CREDITED_TOKENS_TOTAL as CREDITED,
+    ROUTE_DECISIONS_TOTAL as DECISIONS, STEPS_BY_BATCH_TOTAL as STEPS_BY_BATCH,
+    STEP_SECONDS_BY_BATCH_TOTAL as SECONDS_BY_BATCH,
+};
 
 /// What the estimator requires of the metrics.
 #[derive(Debug, Clone)]
@@ -296,23 +292,23 @@ mod tests {
     /// The R2R pair at p = 0.35 as two subservers would expose it: the small model decided
     /// 650 stays and 350 hand-overs (dropped tokens), the large one 350 returns (kept tokens).
     pub(crate) fn fixture(name: &str) -> MetricsText {
-        let quick = "# TYPE tokenrouter:route_decisions_total counter\n\
-tokenrouter:route_decisions_total{model=\"quick\",to=\"quick\"} 650\n\
-tokenrouter:route_decisions_total{model=\"quick\",to=\"reference\"} 350\n\
-tokenrouter:route_credited_tokens_total{model=\"quick\",to=\"quick\"} 650\n\
-tokenrouter:route_credited_tokens_total{model=\"quick\",to=\"reference\"} 0\n\
-tokenrouter:steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
-tokenrouter:step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n\
-tokenrouter:steps_by_batch_total{model=\"quick\",batch_size=\"4\"} 50\n\
-tokenrouter:step_seconds_by_batch_total{model=\"quick\",batch_size=\"4\"} 0.325\n\
-tokenrouter:steps_by_batch_total{model=\"quick\",batch_size=\"16\"} 5\n\
-tokenrouter:step_seconds_by_batch_total{model=\"quick\",batch_size=\"16\"} 0.08\n\
-tokenrouter:active_concurrency{model=\"quick\"} 4\n";
-        let reference = "tokenrouter:route_decisions_total{model=\"reference\",to=\"quick\"} 350\n\
-tokenrouter:route_credited_tokens_total{model=\"reference\",to=\"quick\"} 350\n\
-tokenrouter:steps_by_batch_total{model=\"reference\",batch_size=\"2\"} 100\n\
-tokenrouter:step_seconds_by_batch_total{model=\"reference\",batch_size=\"2\"} 2.79\n\
-tokenrouter:active_concurrency{model=\"reference\"} 3\n";
+        let quick = "# TYPE tokenrouter_route_decisions_total counter\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"reference\"} 350\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"reference\"} 0\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"4\"} 50\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"4\"} 0.325\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"16\"} 5\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"16\"} 0.08\n\
+tokenrouter_active_concurrency{model=\"quick\"} 4\n";
+        let reference = "tokenrouter_route_decisions_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_route_credited_tokens_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_steps_by_batch_total{model=\"reference\",batch_size=\"2\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"reference\",batch_size=\"2\"} 2.79\n\
+tokenrouter_active_concurrency{model=\"reference\"} 3\n";
         MetricsText {
             source: name.into(),
             text: if name == "quick" {
