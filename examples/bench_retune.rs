@@ -134,7 +134,7 @@ fn live(p_before: f64, p_after: f64, n: usize) -> Live {
         source: &source,
     };
     let settings = TuneSettings {
-        min_decisions: 300.0,
+        min_decisions: 1000.0,
         min_latency_samples: 20.0,
         ..TuneSettings::default()
     };

@@ -72,7 +72,9 @@ fn estimate_live(topology: Topology, p: f64) -> (MetricsEstimate, Vec<f64>) {
     let options = EstimateOptions {
         models: MODELS.iter().map(|m| m.to_string()).collect(),
         min_decisions: 1_000.0,
-        min_latency_samples: 50.0,
+        // A latency point averages at least this many steps, so that one
+        // burst of machine load does not decide it.
+        min_latency_samples: 200.0,
     };
     // The deadline only catches a hang; the loop waits on the counters.
     let deadline = Instant::now() + Duration::from_secs(600);
