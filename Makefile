@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway bench-retune clean-models
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama
 
 # --- Python environments -----------------------------------------------------
 
@@ -119,21 +119,53 @@ lint:
 test: assets venv-ref venv-openai chromium promtool lint
 	cargo test --release --workspace --all-targets
 
-bench: bench-engine bench-runtime bench-tuner bench-gateway bench-retune
+# Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
+# JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
+bench: bench-engine bench-ablation bench-tuner bench-gateway bench-retune bench-cpu bench-eval bench-llamacpp
+
+BENCH_RAW  ?= $(CACHE)/bench
+BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@
+LLAMA_VENV ?= $(CACHE)/venv-llama
+# llama.cpp's OpenAI server, built from source (CPU) by pip; only
+# bench-llamacpp needs it, never `make test`.
+LLAMA_PKGS := llama-cpp-python[server]==0.3.36
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
 	$(TARGET_DIR)/release/examples/bench_engine --model $(SMOLLM2) --python $(PY) \
+	  $(ENGINE_ARGS) --profile-out $(ROOT)/docs/results/engine/profile.json \
 	  --out $(ROOT)/docs/results/engine.md
 
-bench-runtime: build
-	cargo build --release --example bench_runtime
-	$(TARGET_DIR)/release/examples/bench_runtime --out $(ROOT)/docs/results/runtime.md
+# The paper's ablation on the sim backend, batch-independent and with the
+# engine profile bench-engine saved (run it first; `make bench` does).
+bench-ablation: build
+	cargo build --release --example bench_ablation
+	$(TARGET_DIR)/release/examples/bench_ablation --profile $(ROOT)/docs/results/engine/profile.json \
+	  $(ABLATION_ARGS) --out $(ROOT)/docs/results/ablation.md
+
+# The SmolLM2 pair through `tokenrouter bench`: cost and quality per method.
+bench-cpu: assets
+	$(BENCH_ENV) tools/bench/cpu.sh
+
+# `tokenrouter eval` per method on data/eval/math30.jsonl.
+bench-eval: assets
+	$(BENCH_ENV) tools/bench/eval.sh
+
+$(CACHE)/.llama.stamp:
+	test -x $(LLAMA_VENV)/bin/python || python3 -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/pip install -q --disable-pip-version-check '$(LLAMA_PKGS)'
+	touch $@
+
+venv-llama: $(CACHE)/.llama.stamp
+
+# llama.cpp and us on the same GGUF, driven by the same load generator.
+bench-llamacpp: assets venv-llama
+	$(BENCH_ENV) LLAMA_PY=$(LLAMA_VENV)/bin/python GGUF=$(SMOLLM2_GGUF) tools/bench/llamacpp.sh
 
 bench-gateway: assets
 	cargo build --release --example bench_gateway
 	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway-bench.yaml \
-	  --out $(ROOT)/docs/results/gateway.md
+	  $(GATEWAY_ARGS) --out $(ROOT)/docs/results/gateway.md
 
 # The measured cost of a stale delayed-batching table and of live retuning
 # (sim backend, ~10 min) -> docs/results/retune.md and retune.svg.
@@ -144,3 +176,28 @@ bench-retune: build
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
 	  --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency 1..16
+
+# Overload (5x capacity) and leak (10,000 mixed requests) runs; several minutes.
+soak: assets
+	cargo build --release --example soak
+	$(TARGET_DIR)/release/examples/soak --config $(ROOT)/config/sim-gateway-bench.yaml \
+	  --out $(ROOT)/docs/results/reliability.md
+
+# --- Fuzzing (nightly; `make test` runs the same entry points as property tests)
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= gateway_request peer_wire config_yaml gguf safetensors router_checkpoint
+# New inputs go here; the committed seeds in fuzz/corpus stay read-only.
+FUZZ_WORK    ?= $(TARGET_DIR)/fuzz-corpus
+# `address` finds more in unsafe code but needs an instrumented libtorch-free
+# build to be fast; `none` still catches panics, hangs and huge allocations.
+FUZZ_SANITIZER ?= none
+
+fuzz: $(CACHE)/.torch-min.stamp
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_WORK)/$$t && \
+	  CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
+	    $(FUZZ_WORK)/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 || exit 1; \
+	done
