@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
@@ -124,7 +124,7 @@ test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-c
 
 # Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
 # JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
-bench: bench-engine bench-ablation bench-tuner bench-gateway bench-cpu bench-eval bench-llamacpp
+bench: bench-engine bench-ablation bench-tuner bench-gateway bench-retune bench-cpu bench-eval bench-llamacpp
 
 BENCH_RAW  ?= $(CACHE)/bench
 BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@
@@ -169,6 +169,12 @@ bench-gateway: assets
 	cargo build --release --example bench_gateway
 	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway-bench.yaml \
 	  $(GATEWAY_ARGS) --out $(ROOT)/docs/results/gateway.md
+
+# The measured cost of a stale delayed-batching table and of live retuning
+# (sim backend, ~10 min) -> docs/results/retune.md and retune.svg.
+bench-retune: build
+	cargo build --release --example bench_retune
+	BENCH_RETUNE_OUT=$(ROOT)/docs/results $(TARGET_DIR)/release/examples/bench_retune
 
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \

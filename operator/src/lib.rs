@@ -17,6 +17,7 @@ pub mod groups;
 pub mod metrics;
 pub mod names;
 pub mod probe;
+pub mod retune;
 pub mod status;
 pub mod tune;
 

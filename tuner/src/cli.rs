@@ -83,10 +83,10 @@ pub struct TuneArgs {
     /// Model names in model order (default: order of first appearance in the metrics).
     #[arg(long, value_delimiter = ',')]
     pub models: Vec<String>,
-    /// Fewest routing transitions out of each model the estimation accepts.
-    #[arg(long, default_value_t = 200.0)]
-    pub min_transitions: f64,
-    /// Fewest steps per (model, batch bucket) for a latency point.
+    /// Fewest routing decisions out of each model the estimation accepts.
+    #[arg(long, alias = "min-transitions", default_value_t = 200.0)]
+    pub min_decisions: f64,
+    /// Fewest steps at one batch size for a latency point.
     #[arg(long, default_value_t = 20.0)]
     pub min_latency_samples: f64,
     /// Timeout of each metrics request in seconds.
@@ -227,7 +227,7 @@ fn estimate(args: &TuneArgs) -> Result<MetricsEstimate, TunerError> {
     )?;
     let options = EstimateOptions {
         models: args.models.clone(),
-        min_transitions: args.min_transitions,
+        min_decisions: args.min_decisions,
         min_latency_samples: args.min_latency_samples,
     };
     let estimate = estimate_from_metrics(&texts, &options)?;
@@ -267,7 +267,7 @@ fn build_inputs(
         (None, Some(e)) => e.transition.clone(),
         (None, None) => return Err(invalid("--transition", "required (or --from-metrics)")),
     };
-    let credit: Vec<Vec<f64>> = match (&args.credit, estimate.and_then(|e| e.credit_matrix())) {
+    let credit: Vec<Vec<f64>> = match (&args.credit, estimate.map(|e| e.credit.clone())) {
         (Some(text), _) => parse_json(text, "--credit")?,
         (None, Some(c)) => c,
         (None, None) => {
@@ -580,15 +580,16 @@ mod tests {
         let path = dir.path().join("metrics.txt");
         std::fs::write(
             &path,
-            "tokenrouter_route_transitions_total{from=\"quick\",to=\"quick\"} 650\n\
-tokenrouter_route_transitions_total{from=\"quick\",to=\"reference\"} 350\n\
-tokenrouter_route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
-tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"1\"} 0.6\n\
-tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"1\"} 100\n\
-tokenrouter_step_latency_seconds_sum{model=\"reference\",batch_bucket=\"1\"} 2.79\n\
-tokenrouter_step_latency_seconds_count{model=\"reference\",batch_bucket=\"1\"} 100\n\
-tokenrouter_tokens_committed_total{model=\"quick\"} 650\n\
-tokenrouter_tokens_committed_total{model=\"reference\"} 350\n\
+            "tokenrouter_route_decisions_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"reference\"} 350\n\
+tokenrouter_route_decisions_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"reference\"} 0\n\
+tokenrouter_route_credited_tokens_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n\
+tokenrouter_steps_by_batch_total{model=\"reference\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"reference\",batch_size=\"1\"} 2.79\n\
 tokenrouter_active_concurrency 4\n",
         )
         .unwrap();
@@ -611,7 +612,7 @@ tokenrouter_active_concurrency 4\n",
         );
         let text = report(&a).unwrap();
         assert!(text.starts_with("N=4   B*=[1, 3]"), "{text}");
-        let err = run(args(&["--from-metrics", &url, "--min-transitions", "1000"])).unwrap_err();
+        let err = run(args(&["--from-metrics", &url, "--min-decisions", "1000"])).unwrap_err();
         assert!(err.to_string().contains("too few samples"), "{err}");
     }
 }

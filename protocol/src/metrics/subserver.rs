@@ -1,7 +1,9 @@
 //! The metrics of a subserver process (one set per process, labelled by
-//! `model` where the series belongs to one model of the group). The tuner
-//! reads `route_transitions_total`, `step_latency_seconds`,
-//! `tokens_committed_total` and `active_concurrency` back.
+//! `model` where the series belongs to one model of the group). The tuner's
+//! estimator reads the delayed-batching chain's inputs back from
+//! `route_decisions_total` (P), `route_credited_tokens_total` (C),
+//! `steps_by_batch_total` / `step_seconds_by_batch_total` (L(b)) and
+//! `active_concurrency`.
 
 use super::{MetricDef, MetricKind};
 
@@ -28,6 +30,22 @@ pub const STEP_LATENCY_SECONDS_SUM: &str = "tokenrouter_step_latency_seconds_sum
 pub const STEP_LATENCY_SECONDS_COUNT: &str = "tokenrouter_step_latency_seconds_count";
 /// Counter `{from, to}`: writer of a token -> writer of the next one.
 pub const ROUTE_TRANSITIONS_TOTAL: &str = "tokenrouter_route_transitions_total";
+/// Counter `{model, to}`: routing decisions at the end of a request's step
+/// on `model`, counted where they are decided: `to == model` when the request
+/// stays, else the model it is handed to. A hand-over that drops the sampled
+/// token (R2R, CITER, Co-LLM, Random) counts here although nothing is
+/// committed. Normalized per `model`, these are the routing matrix P of the
+/// delayed-batching chain.
+pub const ROUTE_DECISIONS_TOTAL: &str = "tokenrouter_route_decisions_total";
+/// Counter `{model, to}`: output tokens the decisions of
+/// [`ROUTE_DECISIONS_TOTAL`] credit (1 for a kept token, 0 for a dropped
+/// one). Divided by the decisions, the chain's credit matrix C.
+pub const ROUTE_CREDITED_TOKENS_TOTAL: &str = "tokenrouter_route_credited_tokens_total";
+/// Counter `{model, batch_size}`: steps of exactly `batch_size` requests.
+pub const STEPS_BY_BATCH_TOTAL: &str = "tokenrouter_steps_by_batch_total";
+/// Counter `{model, batch_size}`: wall seconds of those steps; divided by
+/// [`STEPS_BY_BATCH_TOTAL`], the chain's step latency L(b) at each batch size.
+pub const STEP_SECONDS_BY_BATCH_TOTAL: &str = "tokenrouter_step_seconds_by_batch_total";
 /// Counter `{model}`: tokens written by the model.
 pub const TOKENS_COMMITTED_TOTAL: &str = "tokenrouter_tokens_committed_total";
 /// Counter `{model}`: prompt tokens looked up in the prefix cache.
@@ -63,6 +81,22 @@ pub const ALL: &[MetricDef] = &[
         ROUTE_TRANSITIONS_TOTAL,
         MetricKind::Counter,
         &["from", "to"],
+    ),
+    MetricDef::new(ROUTE_DECISIONS_TOTAL, MetricKind::Counter, &["model", "to"]),
+    MetricDef::new(
+        ROUTE_CREDITED_TOKENS_TOTAL,
+        MetricKind::Counter,
+        &["model", "to"],
+    ),
+    MetricDef::new(
+        STEPS_BY_BATCH_TOTAL,
+        MetricKind::Counter,
+        &["model", "batch_size"],
+    ),
+    MetricDef::new(
+        STEP_SECONDS_BY_BATCH_TOTAL,
+        MetricKind::Counter,
+        &["model", "batch_size"],
     ),
     MetricDef::new(TOKENS_COMMITTED_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(PREFIX_CACHE_QUERIES_TOTAL, MetricKind::Counter, MODEL),

@@ -320,6 +320,27 @@ fn bind_errors_name_the_address() {
     );
 }
 
+#[tokio::test]
+async fn routing_threshold_without_a_knob_reads_null_and_refuses_a_put() {
+    let f = Fixture::start();
+    let (status, body, _) = f.get("/admin/routing_threshold").await;
+    assert_eq!(
+        (status, parse_json(&body)),
+        (200, json!({"routing_threshold": null}))
+    );
+    let (status, body, _) = f
+        .put("/admin/routing_threshold", r#"{"routing_threshold": 0.5}"#)
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        error_message(&body).contains("no live routing threshold"),
+        "{body}"
+    );
+    let (status, body, _) = f.put("/admin/routing_threshold", r#"{"p": 0.5}"#).await;
+    assert_eq!(status, 400);
+    assert!(error_message(&body).contains("routing_threshold"), "{body}");
+}
+
 /// A request with an optional bearer token.
 async fn call(
     client: &reqwest::Client,
@@ -355,6 +376,8 @@ async fn control_endpoints_take_the_bearer_token() {
     for (method, path) in [
         (Method::GET, "/admin/thresholds"),
         (Method::PUT, "/admin/thresholds"),
+        (Method::GET, "/admin/routing_threshold"),
+        (Method::PUT, "/admin/routing_threshold"),
         (Method::GET, "/admin/state"),
         (Method::POST, "/internal/generate"),
     ] {

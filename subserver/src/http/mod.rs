@@ -6,6 +6,8 @@
 //! | GET | `/health` | 200 `{"status":"ok"}`, or 503 `{"status":"unhealthy","reason":..}` |
 //! | GET | `/admin/thresholds` | `{"delayed_batching_threshold": {model: [B at n=1, ...]}}` |
 //! | PUT | `/admin/thresholds` | same body in; sets it, answers the new table (400 on bad input) |
+//! | GET | `/admin/routing_threshold` | `{"routing_threshold": x}` (`null` when the policy has none) |
+//! | PUT | `/admin/routing_threshold` | same body in: moves the policy's live knob (400 out of range) |
 //! | GET | `/admin/state` | [`AdminApi::snapshot`] (queues per model, KV usage) |
 //! | POST | `/internal/generate` | the client ingress of a remote gateway ([`ingress`]): NDJSON events |
 //!
@@ -28,7 +30,7 @@ mod server;
 mod thresholds;
 
 pub use access::{AdminToken, ControlAccess};
-pub use admin::{AdminApi, ThresholdTable};
+pub use admin::{knob_value, set_knob, AdminApi, ThresholdTable};
 pub use error::HttpError;
 pub use ingress::Ingress;
 pub use server::SubserverHttp;

@@ -21,7 +21,7 @@ use crate::metrics::{encode_text, TEXT_CONTENT_TYPE};
 /// (a handful of models by a thousand `n` fit).
 const MAX_BODY_BYTES: u64 = 64 * 1024;
 
-const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, GET /admin/state, POST /internal/generate";
+const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, GET|PUT /admin/routing_threshold, GET /admin/state, POST /internal/generate";
 
 /// Largest `/internal/generate` body (a long prompt's ids as JSON).
 const MAX_GENERATE_BYTES: u64 = 64 * 1024 * 1024;
@@ -55,6 +55,23 @@ pub(super) fn routes(
         .and(warp::body::content_length_limit(MAX_BODY_BYTES))
         .and(warp::body::bytes())
         .map(move |body: Bytes| put_thresholds(s.as_ref(), &body));
+    let s = state.clone();
+    let get_knob = warp::path!("admin" / "routing_threshold")
+        .and(warp::get())
+        .and(gate.clone())
+        .map(move || {
+            reply::json(
+                StatusCode::OK,
+                &json!({"routing_threshold": s.routing_threshold()}),
+            )
+        });
+    let s = state.clone();
+    let put_knob = warp::path!("admin" / "routing_threshold")
+        .and(warp::put())
+        .and(gate.clone())
+        .and(warp::body::content_length_limit(MAX_BODY_BYTES))
+        .and(warp::body::bytes())
+        .map(move |body: Bytes| put_routing_threshold(s.as_ref(), &body));
     let admin_state = warp::path!("admin" / "state")
         .and(warp::get())
         .and(gate.clone())
@@ -72,6 +89,10 @@ pub(super) fn routes(
         .or(get_thresholds)
         .unify()
         .or(put_thresholds)
+        .unify()
+        .or(get_knob)
+        .unify()
+        .or(put_knob)
         .unify()
         .or(admin_state)
         .unify()
@@ -116,6 +137,28 @@ fn put_thresholds(state: &dyn AdminApi, body: &[u8]) -> Response {
             tracing::warn!(%message, "PUT /admin/thresholds refused by the subserver");
             reply::error(StatusCode::BAD_REQUEST, &message)
         }
+    }
+}
+
+fn put_routing_threshold(state: &dyn AdminApi, body: &[u8]) -> Response {
+    let value = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.get("routing_threshold")
+                .and_then(serde_json::Value::as_f64)
+        });
+    let Some(value) = value else {
+        return reply::error(
+            StatusCode::BAD_REQUEST,
+            "body must be {\"routing_threshold\": <number>}",
+        );
+    };
+    match state.set_routing_threshold(value) {
+        Ok(now) => {
+            tracing::info!(routing_threshold = now, "PUT /admin/routing_threshold");
+            reply::json(StatusCode::OK, &json!({"routing_threshold": now}))
+        }
+        Err(message) => reply::error(StatusCode::BAD_REQUEST, &message),
     }
 }
 

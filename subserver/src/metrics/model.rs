@@ -81,6 +81,12 @@ impl ModelMetrics {
             });
         }
         self.step_latency[batch_bucket_index(batch)].observe(seconds);
+        let labels = [self.model.as_str(), &batch.to_string()];
+        self.shared.steps_by_batch.with_label_values(&labels).inc();
+        self.shared
+            .step_seconds_by_batch
+            .with_label_values(&labels)
+            .inc_by(seconds);
         Ok(())
     }
 
@@ -121,6 +127,18 @@ impl ModelMetrics {
     /// Counts one writer transition (see [`SubserverMetrics::add_transition`]).
     pub fn add_transition(&self, from: &str, to: &str) {
         self.shared.add_transition(from, to);
+    }
+
+    /// Counts one routing decision taken here at the end of a request's
+    /// step: to model `to` (this model's own name when the request stays),
+    /// crediting `credited` output tokens (0 when the token is dropped).
+    pub fn add_decision(&self, to: &str, credited: u64) {
+        let labels = [self.model.as_str(), to];
+        self.shared.route_decisions.with_label_values(&labels).inc();
+        self.shared
+            .route_credited
+            .with_label_values(&labels)
+            .inc_by(credited);
     }
 
     /// Counts `n` tokens written by this model.
@@ -273,6 +291,56 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn decisions_credits_and_exact_batch_steps_have_their_own_series() {
+        let (registry, quick) = setup();
+        // R2R at the small model: two stays, one hand-over that drops its token.
+        quick.add_decision("quick", 1);
+        quick.add_decision("quick", 1);
+        quick.add_decision("reference", 0);
+        quick.observe_step(3, 0.006).unwrap();
+        quick.observe_step(3, 0.007).unwrap();
+        quick.observe_step(4, 0.008).unwrap();
+        let (text, e) = scrape(&registry);
+        let to = |t| [("model", "quick"), ("to", t)];
+        assert_eq!(
+            e.value(names::ROUTE_DECISIONS_TOTAL, &to("quick")),
+            Some(2.0)
+        );
+        assert_eq!(
+            e.value(names::ROUTE_DECISIONS_TOTAL, &to("reference")),
+            Some(1.0)
+        );
+        assert_eq!(
+            e.value(names::ROUTE_CREDITED_TOKENS_TOTAL, &to("quick")),
+            Some(2.0)
+        );
+        assert_eq!(
+            e.value(names::ROUTE_CREDITED_TOKENS_TOTAL, &to("reference")),
+            Some(0.0),
+            "{text}"
+        );
+        let b = |n| [("model", "quick"), ("batch_size", n)];
+        assert_eq!(e.value(names::STEPS_BY_BATCH_TOTAL, &b("3")), Some(2.0));
+        assert_eq!(e.value(names::STEPS_BY_BATCH_TOTAL, &b("4")), Some(1.0));
+        let s3 = e
+            .value(names::STEP_SECONDS_BY_BATCH_TOTAL, &b("3"))
+            .unwrap();
+        assert!((s3 - 0.013).abs() < 1e-12, "{s3}");
+        for name in [
+            names::ROUTE_DECISIONS_TOTAL,
+            names::ROUTE_CREDITED_TOKENS_TOTAL,
+            names::STEPS_BY_BATCH_TOTAL,
+            names::STEP_SECONDS_BY_BATCH_TOTAL,
+        ] {
+            assert_eq!(
+                e.types.get(name).map(String::as_str),
+                Some("counter"),
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use prometheus::core::Collector;
 use prometheus::{
-    GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
+    CounterVec, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 
 use super::batch_bucket::step_latency_buckets;
@@ -23,6 +23,10 @@ pub struct SubserverMetrics {
     pub(super) concurrency: IntGaugeVec,
     pub(super) step_latency: HistogramVec,
     pub(super) route_transitions: IntCounterVec,
+    pub(super) route_decisions: IntCounterVec,
+    pub(super) route_credited: IntCounterVec,
+    pub(super) steps_by_batch: IntCounterVec,
+    pub(super) step_seconds_by_batch: CounterVec,
     pub(super) tokens_committed: IntCounterVec,
     pub(super) prefix_queries: IntCounterVec,
     pub(super) prefix_hits: IntCounterVec,
@@ -84,6 +88,29 @@ impl SubserverMetrics {
                 "Token-to-token writer transitions: writer of a token (from) to writer of the next (to).",
                 &["from", "to"],
             )?,
+            route_decisions: int_counter(
+                names::ROUTE_DECISIONS_TOTAL,
+                "Routing decisions at the end of a request's step on model: to = model (stay) or the model it is handed to, dropped tokens included.",
+                &["model", "to"],
+            )?,
+            route_credited: int_counter(
+                names::ROUTE_CREDITED_TOKENS_TOTAL,
+                "Output tokens credited by those decisions (a dropped token credits 0).",
+                &["model", "to"],
+            )?,
+            steps_by_batch: int_counter(
+                names::STEPS_BY_BATCH_TOTAL,
+                "Steps by exact batch size (requests in the step).",
+                &["model", "batch_size"],
+            )?,
+            step_seconds_by_batch: CounterVec::new(
+                Opts::new(
+                    names::STEP_SECONDS_BY_BATCH_TOTAL,
+                    "Wall seconds of the steps, by exact batch size.",
+                ),
+                &["model", "batch_size"],
+            )
+            .map_err(|source| register_error(names::STEP_SECONDS_BY_BATCH_TOTAL, source))?,
             tokens_committed: int_counter(names::TOKENS_COMMITTED_TOTAL, "Tokens written by the model.", model)?,
             prefix_queries: int_counter(
                 names::PREFIX_CACHE_QUERIES_TOTAL,
@@ -173,6 +200,22 @@ impl SubserverMetrics {
             (
                 names::ROUTE_TRANSITIONS_TOTAL,
                 Box::new(self.route_transitions.clone()),
+            ),
+            (
+                names::ROUTE_DECISIONS_TOTAL,
+                Box::new(self.route_decisions.clone()),
+            ),
+            (
+                names::ROUTE_CREDITED_TOKENS_TOTAL,
+                Box::new(self.route_credited.clone()),
+            ),
+            (
+                names::STEPS_BY_BATCH_TOTAL,
+                Box::new(self.steps_by_batch.clone()),
+            ),
+            (
+                names::STEP_SECONDS_BY_BATCH_TOTAL,
+                Box::new(self.step_seconds_by_batch.clone()),
             ),
             (
                 names::TOKENS_COMMITTED_TOTAL,

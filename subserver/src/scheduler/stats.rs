@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::metrics::{ModelMetrics, SubserverMetrics};
 use crate::peer::message::ModelIdx;
+use crate::scheduler::policy::Dest;
 
 /// A snapshot of one scheduler's counters.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -21,6 +22,11 @@ pub struct StatsSnapshot {
     pub committed_by_writer: Vec<u64>,
     /// Routing transitions at this home: `transitions[from][to]`.
     pub transitions: Vec<Vec<u64>>,
+    /// Routing decisions taken here, by destination model (this model's
+    /// own index: the request stayed). Dropped tokens included.
+    pub decisions: Vec<u64>,
+    /// Output tokens those decisions credited, by destination model.
+    pub credited: Vec<u64>,
     /// Tokens this model wrote as a guest and returned.
     pub guest_tokens: u64,
     /// Requests finished, by reason.
@@ -77,6 +83,8 @@ impl SchedulerStats {
         let snap = StatsSnapshot {
             committed_by_writer: vec![0; num_models],
             transitions: vec![vec![0; num_models]; num_models],
+            decisions: vec![0; num_models],
+            credited: vec![0; num_models],
             ..StatsSnapshot::default()
         };
         Self {
@@ -122,6 +130,8 @@ impl SchedulerStats {
             s.step_seconds = 0.0;
             s.committed_by_writer.iter_mut().for_each(|x| *x = 0);
             s.transitions.iter_mut().flatten().for_each(|x| *x = 0);
+            s.decisions.iter_mut().for_each(|x| *x = 0);
+            s.credited.iter_mut().for_each(|x| *x = 0);
             s.guest_tokens = 0;
         });
     }
@@ -155,6 +165,28 @@ impl SchedulerStats {
         if let (Some(w), Some(f)) = (self.metrics_of(writer), self.metrics_of(from)) {
             w.add_tokens(1);
             f.shared().add_transition(f.model(), w.model());
+        }
+    }
+
+    /// Counts the routing decision `dest` that model `me` took at the end
+    /// of a request's step (after the scheduler's own overrides): where the
+    /// request goes next and whether the sampled token is credited.
+    pub(crate) fn record_decision(&self, me: ModelIdx, dest: &Dest) {
+        let (to, credited) = match *dest {
+            Dest::Stay => (me, true),
+            Dest::Delegate { to } => (to, false),
+            Dest::Peer { to, keep_token } => (to, keep_token),
+        };
+        self.with(|s| {
+            if let Some(c) = s.decisions.get_mut(to as usize) {
+                *c += 1;
+            }
+            if let Some(c) = s.credited.get_mut(to as usize) {
+                *c += u64::from(credited);
+            }
+        });
+        if let (Some(m), Some(t)) = (self.metrics(), self.metrics_of(to)) {
+            m.add_decision(t.model(), u64::from(credited));
         }
     }
 

@@ -5,22 +5,33 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::http::{AdminApi, ThresholdTable};
+use crate::http::{knob_value, set_knob, AdminApi, ThresholdTable};
+use crate::policy::ThresholdKnob;
 use crate::scheduler::group::Group;
 
 /// `AdminApi` over a `Group`.
 pub struct GroupAdmin {
     group: Arc<Group>,
+    knob: Option<ThresholdKnob>,
 }
 
 impl GroupAdmin {
-    /// Serves `group`.
-    pub fn new(group: Arc<Group>) -> Self {
-        Self { group }
+    /// Serves `group`; `knob` is its policy's live routing threshold (one
+    /// cell shared by the members).
+    pub fn new(group: Arc<Group>, knob: Option<ThresholdKnob>) -> Self {
+        Self { group, knob }
     }
 }
 
 impl AdminApi for GroupAdmin {
+    fn routing_threshold(&self) -> Option<f64> {
+        knob_value(self.knob.as_ref())
+    }
+
+    fn set_routing_threshold(&self, value: f64) -> Result<f64, String> {
+        set_knob(self.knob.as_ref(), value)
+    }
+
     fn healthy(&self) -> Result<(), String> {
         let dead: Vec<&str> = self
             .group
@@ -90,12 +101,16 @@ impl AdminApi for GroupAdmin {
 /// `AdminApi` over one model's process.
 pub struct MemberAdmin {
     member: Arc<crate::scheduler::member::MemberProcess>,
+    knob: Option<ThresholdKnob>,
 }
 
 impl MemberAdmin {
-    /// Serves `member`.
-    pub fn new(member: Arc<crate::scheduler::member::MemberProcess>) -> Self {
-        Self { member }
+    /// Serves `member`; `knob` is its policy's live routing threshold.
+    pub fn new(
+        member: Arc<crate::scheduler::member::MemberProcess>,
+        knob: Option<ThresholdKnob>,
+    ) -> Self {
+        Self { member, knob }
     }
 
     fn name(&self) -> String {
@@ -104,6 +119,14 @@ impl MemberAdmin {
 }
 
 impl AdminApi for MemberAdmin {
+    fn routing_threshold(&self) -> Option<f64> {
+        knob_value(self.knob.as_ref())
+    }
+
+    fn set_routing_threshold(&self, value: f64) -> Result<f64, String> {
+        set_knob(self.knob.as_ref(), value)
+    }
+
     fn healthy(&self) -> Result<(), String> {
         if !self.member.is_alive() {
             return Err("the scheduler has stopped".into());

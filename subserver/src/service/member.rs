@@ -58,6 +58,7 @@ impl MemberService {
         })?;
         build::check_shared_vocabulary(cfg)?;
         let member = build::member(cfg, index, None)?;
+        let knob = member.policy.knob();
         let settings = build::settings(cfg)?;
         let addresses = resolve_addresses(&tcp.addresses)
             .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
@@ -85,7 +86,7 @@ impl MemberService {
                     (index == cfg.entry_index()).then(|| member.clone() as _);
                 Some(SubserverHttp::start_secured(
                     addr,
-                    Arc::new(MemberAdmin::new(member.clone())),
+                    Arc::new(MemberAdmin::new(member.clone(), knob)),
                     registry,
                     ingress,
                     access,

@@ -90,6 +90,7 @@ impl Service {
         crate::cuda::metrics::register(&registry)
             .map_err(|e| ServiceError::Unsupported(format!("CUDA graph metrics: {e}")))?;
         let members = build::members(cfg)?;
+        let knob = members.iter().find_map(|m| m.policy.knob());
         let group = Arc::new(Group::start_with_metrics(
             members,
             build::settings(cfg)?,
@@ -97,7 +98,7 @@ impl Service {
         ));
         let http = match admin {
             Some(addr) => {
-                let api = Arc::new(admin::GroupAdmin::new(group.clone()));
+                let api = Arc::new(admin::GroupAdmin::new(group.clone(), knob));
                 let ingress: Arc<dyn crate::http::Ingress> = group.clone();
                 Some(SubserverHttp::start_secured(
                     addr,

@@ -1,34 +1,44 @@
 //! Estimation of the tuner's inputs from subserver metrics.
 //!
-//! - P: `tokenrouter_route_transitions_total{from,to}` counters, normalized per `from` row.
-//! - L(b): mean step latency per `(model, batch_bucket)` from the histogram's `_sum / _count`;
-//!   buckets become the points of a [`StepLatency::Table`].
-//! - Credit: `tokenrouter_tokens_committed_total{model}` over the steps the model's requests
-//!   made (the row total of its transitions); the chain only needs this mean per step.
-//! - N: the largest `tokenrouter_active_concurrency` gauge.
+//! The chain's inputs are read where the scheduler decides them, never reconstructed from the
+//! committed output: for drop-and-rewrite policies (R2R, CITER, Co-LLM, Random) the entry
+//! model's dropped token is never committed, so writer-to-writer transitions of the output
+//! mistake "the large model wrote the next token" for "the request went back to the small
+//! model". Instead:
 //!
-//! A series that appears at several URLs counts once (its largest value), because subservers
-//! of one in-process group may expose the same registry.
+//! - P: `route_decisions_total{model,to}` normalized per `model` row: where a request goes at
+//!   the end of a step on `model` (`to == model`: it stays).
+//! - C: `route_credited_tokens_total{model,to}` over `route_decisions_total{model,to}`: the
+//!   output tokens each move credits (0 for a dropped token).
+//! - L(b): `step_seconds_by_batch_total / steps_by_batch_total` per `(model, batch_size)`, a
+//!   [`StepLatency::Table`] over the batch sizes with enough steps.
+//! - N: the largest `active_concurrency` gauge.
+//!
+//! The estimate works on any [`MetricSeries`]: a scrape, the increase between two scrapes
+//! (what the operator's tune loop uses, so that a change of routing shows within one window),
+//! or the answer of a Prometheus query.
 
-use super::exposition::{parse_exposition, MetricsText, Sample};
+use super::exposition::MetricsText;
+use super::series::{label, MetricSeries};
 use crate::error::TunerError;
 use crate::inputs::{StepLatency, TunerInputs};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
-use protocol::metrics::subserver::{
-    ACTIVE_CONCURRENCY as CONCURRENCY, ROUTE_TRANSITIONS_TOTAL as TRANSITIONS,
-    STEP_LATENCY_SECONDS_COUNT as LATENCY_COUNT, STEP_LATENCY_SECONDS_SUM as LATENCY_SUM,
-    TOKENS_COMMITTED_TOTAL as COMMITTED,
+/// The series the estimator reads (names from `protocol`, where the subserver takes them).
+pub use protocol::metrics::subserver::{
+    ACTIVE_CONCURRENCY as CONCURRENCY, ROUTE_CREDITED_TOKENS_TOTAL as CREDITED,
+    ROUTE_DECISIONS_TOTAL as DECISIONS, STEPS_BY_BATCH_TOTAL as STEPS_BY_BATCH,
+    STEP_SECONDS_BY_BATCH_TOTAL as SECONDS_BY_BATCH,
 };
 
 /// What the estimator requires of the metrics.
 #[derive(Debug, Clone)]
 pub struct EstimateOptions {
-    /// Model order; empty means order of first appearance in the metrics.
+    /// Model order (the entry model first); empty means order of first appearance.
     pub models: Vec<String>,
-    /// Fewest routing transitions out of each model.
-    pub min_transitions: f64,
-    /// Fewest steps per `(model, batch_bucket)` for that bucket to count as a latency point.
+    /// Fewest routing decisions out of each model.
+    pub min_decisions: f64,
+    /// Fewest steps at one batch size for it to count as a latency point.
     pub min_latency_samples: f64,
 }
 
@@ -36,7 +46,7 @@ impl Default for EstimateOptions {
     fn default() -> Self {
         EstimateOptions {
             models: Vec::new(),
-            min_transitions: 200.0,
+            min_decisions: 200.0,
             min_latency_samples: 20.0,
         }
     }
@@ -49,27 +59,19 @@ pub struct MetricsEstimate {
     pub names: Vec<String>,
     /// Routing matrix P.
     pub transition: Vec<Vec<f64>>,
-    /// Transitions observed out of each model.
-    pub transition_samples: Vec<f64>,
-    /// Step latency per model (a table over the batch buckets with enough samples).
+    /// Routing decisions observed out of each model.
+    pub decisions: Vec<f64>,
+    /// Credit matrix C (0 where no decision was observed).
+    pub credit: Vec<Vec<f64>>,
+    /// Step latency per model (a table over the batch sizes with enough steps).
     pub latency: Vec<StepLatency>,
     /// Steps behind each model's latency points.
     pub latency_samples: Vec<f64>,
-    /// Committed tokens per request-step per model, when `tokens_committed_total` is exposed.
-    pub mean_credit: Option<Vec<f64>>,
     /// Active requests, when the gauge is exposed and positive.
     pub concurrency: Option<usize>,
 }
 
 impl MetricsEstimate {
-    /// A credit matrix with the estimated mean credit of model m in every entry of row m
-    /// (the chain only uses `sum_j P[m][j] C[m][j]`).
-    pub fn credit_matrix(&self) -> Option<Vec<Vec<f64>>> {
-        self.mean_credit
-            .as_ref()
-            .map(|c| c.iter().map(|&cm| vec![cm; c.len()]).collect())
-    }
-
     /// Tuner inputs from this estimate; `credit` and `concurrency` override the estimated ones.
     pub fn to_inputs(
         &self,
@@ -77,13 +79,6 @@ impl MetricsEstimate {
         delta_ms: f64,
         concurrency: Option<usize>,
     ) -> Result<TunerInputs, TunerError> {
-        let credit =
-            credit
-                .or_else(|| self.credit_matrix())
-                .ok_or_else(|| TunerError::MissingMetric {
-                    metric: COMMITTED.into(),
-                    detail: " (needed for the credit per step; pass --credit instead)".into(),
-                })?;
         let n = concurrency
             .or(self.concurrency)
             .ok_or_else(|| TunerError::MissingMetric {
@@ -93,63 +88,12 @@ impl MetricsEstimate {
         TunerInputs::new(
             self.latency.clone(),
             self.transition.clone(),
-            credit,
+            credit.unwrap_or_else(|| self.credit.clone()),
             delta_ms,
             n,
         )?
         .with_names(self.names.clone())
     }
-}
-
-/// Merged series: (name, sorted labels) -> largest value, in order of first appearance.
-struct Series {
-    order: Vec<(String, Vec<(String, String)>)>,
-    values: HashMap<(String, Vec<(String, String)>), f64>,
-}
-
-impl Series {
-    fn merge(texts: &[MetricsText]) -> Result<Self, TunerError> {
-        let mut series = Series {
-            order: Vec::new(),
-            values: HashMap::new(),
-        };
-        for text in texts {
-            for Sample {
-                name,
-                mut labels,
-                value,
-            } in parse_exposition(&text.source, &text.text)?
-            {
-                labels.sort();
-                let key = (name, labels);
-                match series.values.get_mut(&key) {
-                    Some(v) => *v = v.max(value),
-                    None => {
-                        series.order.push(key.clone());
-                        series.values.insert(key, value);
-                    }
-                }
-            }
-        }
-        Ok(series)
-    }
-
-    fn named<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Iterator<Item = (&'a [(String, String)], f64)> + 'a {
-        self.order
-            .iter()
-            .filter(move |(n, _)| n == name)
-            .map(move |key| (key.1.as_slice(), self.values[key]))
-    }
-}
-
-fn label<'a>(labels: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    labels
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
 }
 
 fn required_label<'a>(
@@ -163,13 +107,20 @@ fn required_label<'a>(
     })
 }
 
-/// Estimates the tuner's inputs from the metrics of every subserver.
+/// Estimates the tuner's inputs from the scrapes of every subserver of a group.
 pub fn estimate_from_metrics(
     texts: &[MetricsText],
     options: &EstimateOptions,
 ) -> Result<MetricsEstimate, TunerError> {
-    let series = Series::merge(texts)?;
-    let names = model_order(&series, options)?;
+    estimate(&MetricSeries::from_texts(texts)?, options)
+}
+
+/// Estimates the tuner's inputs from merged series (a scrape or an increase).
+pub fn estimate(
+    series: &MetricSeries,
+    options: &EstimateOptions,
+) -> Result<MetricsEstimate, TunerError> {
+    let names = model_order(series, options)?;
     let m = names.len();
     let index = |name: &str, metric: &str| -> Result<usize, TunerError> {
         names
@@ -180,76 +131,44 @@ pub fn estimate_from_metrics(
                 reason: format!("{metric} mentions model \"{name}\", which is not in {names:?}"),
             })
     };
+    let matrix = |metric: &str| -> Result<Vec<Vec<f64>>, TunerError> {
+        let mut out = vec![vec![0.0; m]; m];
+        for (labels, value) in series.named(metric) {
+            let from = index(required_label(labels, "model", metric)?, metric)?;
+            let to = index(required_label(labels, "to", metric)?, metric)?;
+            out[from][to] += value;
+        }
+        Ok(out)
+    };
 
-    let mut counts = vec![vec![0.0; m]; m];
-    for (labels, value) in series.named(TRANSITIONS) {
-        let from = index(required_label(labels, "from", TRANSITIONS)?, TRANSITIONS)?;
-        let to = index(required_label(labels, "to", TRANSITIONS)?, TRANSITIONS)?;
-        counts[from][to] += value;
-    }
+    let counts = matrix(DECISIONS)?;
+    let credited = matrix(CREDITED)?;
     let mut transition = vec![vec![0.0; m]; m];
-    let mut transition_samples = vec![0.0; m];
-    for (from, row) in counts.iter().enumerate() {
-        let total: f64 = row.iter().sum();
-        if total.is_nan() || total < options.min_transitions {
+    let mut credit = vec![vec![0.0; m]; m];
+    let mut decisions = vec![0.0; m];
+    for from in 0..m {
+        let total: f64 = counts[from].iter().sum();
+        if total.is_nan() || total < options.min_decisions {
             return Err(TunerError::TooFewSamples {
                 what: format!(
-                    "routing transitions from model \"{}\" ({TRANSITIONS})",
+                    "routing decisions of model \"{}\" ({DECISIONS})",
                     names[from]
                 ),
                 found: total,
-                required: options.min_transitions,
+                required: options.min_decisions,
             });
         }
-        transition_samples[from] = total;
-        for (to, &c) in row.iter().enumerate() {
+        decisions[from] = total;
+        for to in 0..m {
+            let c = counts[from][to];
             transition[from][to] = c / total;
+            if c > 0.0 {
+                credit[from][to] = credited[from][to] / c;
+            }
         }
     }
 
-    let latency_by_bucket = latency_points(&series, &names, &index)?;
-    let mut latency = Vec::with_capacity(m);
-    let mut latency_samples = vec![0.0; m];
-    for (model, buckets) in latency_by_bucket.into_iter().enumerate() {
-        let most = buckets.iter().map(|b| b.2).fold(0.0, f64::max);
-        let points: Vec<(usize, f64)> = buckets
-            .iter()
-            .filter(|b| b.2 >= options.min_latency_samples)
-            .map(|&(batch, sum_s, count)| (batch, 1000.0 * sum_s / count))
-            .collect();
-        if points.is_empty() {
-            return Err(TunerError::TooFewSamples {
-                what: format!(
-                    "step latency of model \"{}\" (no batch bucket of {LATENCY_COUNT})",
-                    names[model]
-                ),
-                found: most,
-                required: options.min_latency_samples,
-            });
-        }
-        latency_samples[model] = buckets
-            .iter()
-            .filter(|b| b.2 >= options.min_latency_samples)
-            .map(|b| b.2)
-            .sum();
-        latency.push(if points.len() == 1 {
-            StepLatency::Constant(points[0].1)
-        } else {
-            StepLatency::Table(points)
-        });
-    }
-
-    let mut committed = vec![None; m];
-    for (labels, value) in series.named(COMMITTED) {
-        let model = index(required_label(labels, "model", COMMITTED)?, COMMITTED)?;
-        *committed[model].get_or_insert(0.0) += value;
-    }
-    let mean_credit = committed
-        .iter()
-        .zip(&transition_samples)
-        .map(|(c, steps)| c.map(|c| c / steps))
-        .collect::<Option<Vec<f64>>>();
-
+    let (latency, latency_samples) = latency_tables(series, &names, &index, options)?;
     let concurrency = series
         .named(CONCURRENCY)
         .map(|(_, v)| v)
@@ -264,24 +183,78 @@ pub fn estimate_from_metrics(
     Ok(MetricsEstimate {
         names,
         transition,
-        transition_samples,
+        decisions,
+        credit,
         latency,
         latency_samples,
-        mean_credit,
         concurrency,
     })
 }
 
+/// Per model: a latency table over the batch sizes with at least `min_latency_samples` steps,
+/// and the steps behind it.
+fn latency_tables(
+    series: &MetricSeries,
+    names: &[String],
+    index: &dyn Fn(&str, &str) -> Result<usize, TunerError>,
+    options: &EstimateOptions,
+) -> Result<(Vec<StepLatency>, Vec<f64>), TunerError> {
+    // (model, batch) -> (seconds, steps)
+    let mut points: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
+    for (metric, steps) in [(SECONDS_BY_BATCH, false), (STEPS_BY_BATCH, true)] {
+        for (labels, value) in series.named(metric) {
+            let model = index(required_label(labels, "model", metric)?, metric)?;
+            let batch = batch_size(labels, metric)?;
+            let entry = points.entry((model, batch)).or_insert((0.0, 0.0));
+            if steps {
+                entry.1 += value;
+            } else {
+                entry.0 += value;
+            }
+        }
+    }
+    let mut latency = Vec::with_capacity(names.len());
+    let mut samples = vec![0.0; names.len()];
+    for (model, name) in names.iter().enumerate() {
+        let mine = points.range((model, 0)..(model + 1, 0));
+        let most = mine.clone().map(|(_, p)| p.1).fold(0.0, f64::max);
+        let kept: Vec<(usize, f64)> = mine
+            .filter(|(_, &(_, steps))| steps >= options.min_latency_samples)
+            .map(|(&(_, batch), &(seconds, steps))| {
+                samples[model] += steps;
+                (batch, 1000.0 * seconds / steps)
+            })
+            .collect();
+        latency.push(match kept.len() {
+            0 => {
+                return Err(TunerError::TooFewSamples {
+                    what: format!(
+                        "step latency of model \"{name}\" (no batch size of {STEPS_BY_BATCH})"
+                    ),
+                    found: most,
+                    required: options.min_latency_samples,
+                })
+            }
+            1 => StepLatency::Constant(kept[0].1),
+            _ => StepLatency::Table(kept),
+        });
+    }
+    Ok((latency, samples))
+}
+
 /// Model names from `options.models` or in order of first appearance.
-fn model_order(series: &Series, options: &EstimateOptions) -> Result<Vec<String>, TunerError> {
+fn model_order(
+    series: &MetricSeries,
+    options: &EstimateOptions,
+) -> Result<Vec<String>, TunerError> {
     if !options.models.is_empty() {
         return Ok(options.models.clone());
     }
     let mut names: Vec<String> = Vec::new();
-    for (name, labels) in &series.order {
-        let keys: &[&str] = match name.as_str() {
-            TRANSITIONS => &["from", "to"],
-            LATENCY_SUM | LATENCY_COUNT | COMMITTED => &["model"],
+    for (name, labels) in series.keys() {
+        let keys: &[&str] = match name {
+            DECISIONS | CREDITED => &["model", "to"],
+            STEPS_BY_BATCH | SECONDS_BY_BATCH => &["model"],
             _ => &[],
         };
         for key in keys {
@@ -294,58 +267,20 @@ fn model_order(series: &Series, options: &EstimateOptions) -> Result<Vec<String>
     }
     if names.is_empty() {
         return Err(TunerError::MissingMetric {
-            metric: TRANSITIONS.into(),
+            metric: DECISIONS.into(),
             detail: " (no model found in the metrics)".into(),
         });
     }
     Ok(names)
 }
 
-/// One latency point: (batch bucket, latency sum in s, step count).
-type LatencyBucket = (usize, f64, f64);
-
-/// Per model: its latency buckets, ascending by bucket.
-fn latency_points(
-    series: &Series,
-    names: &[String],
-    index: &dyn Fn(&str, &str) -> Result<usize, TunerError>,
-) -> Result<Vec<Vec<LatencyBucket>>, TunerError> {
-    let mut sums: HashMap<(usize, usize), f64> = HashMap::new();
-    for (labels, value) in series.named(LATENCY_SUM) {
-        let model = index(required_label(labels, "model", LATENCY_SUM)?, LATENCY_SUM)?;
-        let bucket = batch_bucket(labels, LATENCY_SUM)?;
-        *sums.entry((model, bucket)).or_insert(0.0) += value;
-    }
-    let mut points = vec![Vec::new(); names.len()];
-    for (labels, count) in series.named(LATENCY_COUNT) {
-        let model = index(
-            required_label(labels, "model", LATENCY_COUNT)?,
-            LATENCY_COUNT,
-        )?;
-        let bucket = batch_bucket(labels, LATENCY_COUNT)?;
-        let sum = sums
-            .get(&(model, bucket))
-            .copied()
-            .ok_or_else(|| TunerError::MissingMetric {
-                metric: LATENCY_SUM.into(),
-                detail: format!(" for model \"{}\", batch_bucket \"{bucket}\"", names[model]),
-            })?;
-        points[model].push((bucket, sum, count));
-    }
-    for p in &mut points {
-        p.sort_by_key(|b: &LatencyBucket| b.0);
-        p.dedup_by_key(|b| b.0);
-    }
-    Ok(points)
-}
-
-fn batch_bucket(labels: &[(String, String)], metric: &str) -> Result<usize, TunerError> {
-    let text = required_label(labels, "batch_bucket", metric)?;
+fn batch_size(labels: &[(String, String)], metric: &str) -> Result<usize, TunerError> {
+    let text = required_label(labels, "batch_size", metric)?;
     match text.parse::<usize>() {
         Ok(b) if b >= 1 => Ok(b),
         _ => Err(TunerError::InvalidInput {
-            field: format!("{metric}{{batch_bucket=\"{text}\"}}"),
-            reason: "batch_bucket must be a batch size >= 1".into(),
+            field: format!("{metric}{{batch_size=\"{text}\"}}"),
+            reason: "batch_size must be a batch size >= 1".into(),
         }),
     }
 }
@@ -354,25 +289,26 @@ fn batch_bucket(labels: &[(String, String)], metric: &str) -> Result<usize, Tune
 mod tests {
     use super::*;
 
-    fn fixture(name: &str) -> MetricsText {
-        let quick = "# TYPE tokenrouter_route_transitions_total counter\n\
-tokenrouter_route_transitions_total{from=\"quick\",to=\"quick\"} 650\n\
-tokenrouter_route_transitions_total{from=\"quick\",to=\"reference\"} 350\n\
-tokenrouter_step_latency_seconds_bucket{model=\"quick\",batch_bucket=\"1\",le=\"0.01\"} 100\n\
-tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"1\"} 0.6\n\
-tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"1\"} 100\n\
-tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"4\"} 0.325\n\
-tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"4\"} 50\n\
-tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"16\"} 0.08\n\
-tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"16\"} 5\n\
-tokenrouter_tokens_committed_total{model=\"quick\"} 650\n\
-tokenrouter_active_concurrency 4\n";
-        let reference =
-            "tokenrouter_route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
-tokenrouter_step_latency_seconds_sum{model=\"reference\",batch_bucket=\"2\"} 2.79\n\
-tokenrouter_step_latency_seconds_count{model=\"reference\",batch_bucket=\"2\"} 100\n\
-tokenrouter_tokens_committed_total{model=\"reference\"} 350\n\
-tokenrouter_active_concurrency 3\n";
+    /// The R2R pair at p = 0.35 as two subservers would expose it: the small model decided
+    /// 650 stays and 350 hand-overs (dropped tokens), the large one 350 returns (kept tokens).
+    pub(crate) fn fixture(name: &str) -> MetricsText {
+        let quick = "# TYPE tokenrouter_route_decisions_total counter\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"reference\"} 350\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"reference\"} 0\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"4\"} 50\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"4\"} 0.325\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"16\"} 5\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"16\"} 0.08\n\
+tokenrouter_active_concurrency{model=\"quick\"} 4\n";
+        let reference = "tokenrouter_route_decisions_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_route_credited_tokens_total{model=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_steps_by_batch_total{model=\"reference\",batch_size=\"2\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"reference\",batch_size=\"2\"} 2.79\n\
+tokenrouter_active_concurrency{model=\"reference\"} 3\n";
         MetricsText {
             source: name.into(),
             text: if name == "quick" {
@@ -383,18 +319,24 @@ tokenrouter_active_concurrency 3\n";
         }
     }
 
-    #[test]
-    fn estimates_routing_latency_credit_and_concurrency() {
-        let texts = [fixture("quick"), fixture("reference")];
-        let options = EstimateOptions {
-            min_transitions: 300.0,
+    fn options(min_decisions: f64) -> EstimateOptions {
+        EstimateOptions {
+            min_decisions,
             ..EstimateOptions::default()
-        };
-        let e = estimate_from_metrics(&texts, &options).unwrap();
+        }
+    }
+
+    #[test]
+    fn estimates_routing_credit_latency_and_concurrency() {
+        let texts = [fixture("quick"), fixture("reference")];
+        let e = estimate_from_metrics(&texts, &options(300.0)).unwrap();
         assert_eq!(e.names, vec!["quick", "reference"]);
+        // The hand-over is counted where it is decided: the request goes back to the small
+        // model after every large-model step (row 1 is [1, 0], not the writer transitions).
         assert_eq!(e.transition, vec![vec![0.65, 0.35], vec![1.0, 0.0]]);
-        assert_eq!(e.transition_samples, vec![1000.0, 350.0]);
-        // Bucket 16 has 5 < 20 steps and is left out.
+        assert_eq!(e.credit, vec![vec![1.0, 0.0], vec![1.0, 0.0]]);
+        assert_eq!(e.decisions, vec![1000.0, 350.0]);
+        // Batch size 16 has 5 < 20 steps and is left out.
         match &e.latency[0] {
             StepLatency::Table(points) => {
                 assert_eq!(points.len(), 2);
@@ -410,8 +352,6 @@ tokenrouter_active_concurrency 3\n";
             ref other => panic!("expected a constant, got {other:?}"),
         }
         assert_eq!(e.latency_samples, vec![150.0, 100.0]);
-        // 650 committed tokens over 1000 request-steps: R2R's 0.65 per small-model step.
-        assert_eq!(e.mean_credit, Some(vec![0.65, 1.0]));
         assert_eq!(e.concurrency, Some(4));
         let inputs = e.to_inputs(None, 0.1, None).unwrap();
         assert_eq!(
@@ -425,19 +365,13 @@ tokenrouter_active_concurrency 3\n";
     #[test]
     fn model_order_follows_the_option() {
         let texts = [fixture("quick"), fixture("reference")];
-        let options = EstimateOptions {
-            models: vec!["reference".into(), "quick".into()],
-            min_transitions: 300.0,
-            ..EstimateOptions::default()
-        };
-        let e = estimate_from_metrics(&texts, &options).unwrap();
+        let mut o = options(300.0);
+        o.models = vec!["reference".into(), "quick".into()];
+        let e = estimate_from_metrics(&texts, &o).unwrap();
         assert_eq!(e.names, vec!["reference", "quick"]);
         assert_eq!(e.transition, vec![vec![0.0, 1.0], vec![0.35, 0.65]]);
-        let options = EstimateOptions {
-            models: vec!["quick".into()],
-            ..options
-        };
-        let err = estimate_from_metrics(&texts, &options).unwrap_err();
+        o.models = vec!["quick".into()];
+        let err = estimate_from_metrics(&texts, &o).unwrap_err();
         assert!(
             err.to_string().contains("\"reference\", which is not in"),
             "{err}"
@@ -447,12 +381,8 @@ tokenrouter_active_concurrency 3\n";
     #[test]
     fn refuses_too_few_samples() {
         let texts = [fixture("quick"), fixture("reference")];
-        // 350 transitions out of reference < 400.
-        let options = EstimateOptions {
-            min_transitions: 400.0,
-            ..EstimateOptions::default()
-        };
-        match estimate_from_metrics(&texts, &options).unwrap_err() {
+        // 350 decisions at reference < 400.
+        match estimate_from_metrics(&texts, &options(400.0)).unwrap_err() {
             TunerError::TooFewSamples {
                 what,
                 found,
@@ -463,12 +393,11 @@ tokenrouter_active_concurrency 3\n";
             }
             other => panic!("expected TooFewSamples, got {other}"),
         }
-        let options = EstimateOptions {
-            min_transitions: 300.0,
+        let o = EstimateOptions {
             min_latency_samples: 500.0,
-            ..EstimateOptions::default()
+            ..options(300.0)
         };
-        let err = estimate_from_metrics(&texts, &options).unwrap_err();
+        let err = estimate_from_metrics(&texts, &o).unwrap_err();
         assert!(
             err.to_string().contains("step latency of model \"quick\""),
             "{err}"
@@ -482,38 +411,37 @@ tokenrouter_active_concurrency 3\n";
     #[test]
     fn duplicated_series_count_once() {
         let texts = [fixture("quick"), fixture("quick"), fixture("reference")];
-        let options = EstimateOptions {
-            min_transitions: 300.0,
-            ..EstimateOptions::default()
-        };
-        let e = estimate_from_metrics(&texts, &options).unwrap();
-        assert_eq!(e.transition_samples, vec![1000.0, 350.0]);
+        let e = estimate_from_metrics(&texts, &options(300.0)).unwrap();
+        assert_eq!(e.decisions, vec![1000.0, 350.0]);
     }
 
     #[test]
-    fn missing_credit_and_concurrency_need_overrides() {
-        let text = MetricsText {
-            source: "only-routing".into(),
-            text: "tokenrouter_route_transitions_total{from=\"a\",to=\"b\"} 300\n\
-tokenrouter_route_transitions_total{from=\"b\",to=\"a\"} 300\n\
-tokenrouter_step_latency_seconds_sum{model=\"a\",batch_bucket=\"1\"} 0.3\n\
-tokenrouter_step_latency_seconds_count{model=\"a\",batch_bucket=\"1\"} 50\n\
-tokenrouter_step_latency_seconds_sum{model=\"b\",batch_bucket=\"1\"} 1.0\n\
-tokenrouter_step_latency_seconds_count{model=\"b\",batch_bucket=\"1\"} 50\n"
-                .into(),
+    fn an_increase_estimates_the_latest_window_only() {
+        // p went from 0.35 to 0.6: cumulative counts mix both, the increase shows 0.6.
+        let texts = [fixture("quick"), fixture("reference")];
+        let later = |t: &MetricsText| MetricsText {
+            source: t.source.clone(),
+            text: t
+                .text
+                .replace("quick\"} 650", "quick\"} 1050")
+                .replace("to=\"reference\"} 350", "to=\"reference\"} 950")
+                .replace("to=\"quick\"} 350", "to=\"quick\"} 950")
+                .replace("\"1\"} 100", "\"1\"} 200")
+                .replace("\"1\"} 0.6", "\"1\"} 1.2")
+                .replace("\"2\"} 100", "\"2\"} 200")
+                .replace("\"2\"} 2.79", "\"2\"} 5.58"),
         };
-        let e = estimate_from_metrics(&[text], &EstimateOptions::default()).unwrap();
-        assert_eq!(e.mean_credit, None);
-        assert_eq!(e.concurrency, None);
-        let err = e.to_inputs(None, 0.1, Some(2)).unwrap_err();
-        assert!(err.to_string().contains("tokens_committed_total"), "{err}");
-        let err = e
-            .to_inputs(Some(vec![vec![1.0; 2]; 2]), 0.1, None)
-            .unwrap_err();
-        assert!(err.to_string().contains("active_concurrency"), "{err}");
-        let inputs = e
-            .to_inputs(Some(vec![vec![1.0; 2]; 2]), 0.1, Some(2))
-            .unwrap();
-        assert_eq!(inputs.slots(1, 1), 200);
+        let before = MetricSeries::from_texts(&texts).unwrap();
+        let after = MetricSeries::from_texts(&texts.each_ref().map(later)).unwrap();
+        let cumulative = estimate(&after, &options(300.0)).unwrap();
+        assert!((cumulative.transition[0][1] - 0.475).abs() < 1e-12);
+        let window = estimate(&after.increase_since(&before), &options(300.0)).unwrap();
+        assert!((window.transition[0][1] - 0.6).abs() < 1e-12);
+        assert_eq!(window.decisions, vec![1000.0, 600.0]);
+        // Only batch size 1 moved in the window (batch size 4 had no new step).
+        assert_eq!(window.latency[0], StepLatency::Constant(6.0));
+        // Nothing new: too few decisions, and it says so.
+        let err = estimate(&after.increase_since(&after), &options(300.0)).unwrap_err();
+        assert!(err.to_string().contains("too few samples"), "{err}");
     }
 }

@@ -254,6 +254,7 @@ impl<R: ModelRunner> Scheduler<R> {
                 },
             };
         }
+        self.stats.record_decision(me, &dest);
         match dest {
             Dest::Delegate { to } => self.delegate(rid, to),
             Dest::Stay => {

@@ -1,0 +1,377 @@
+//! A live sim group under closed-loop load, shared by the retuning tests and
+//! `make bench-retune`: the R2R-style pair (6.0 / 27.9 ms steps) with Random
+//! routing, either as one `tokenrouter subserver` process per model over TCP
+//! or as one in-process group, each with its real admin HTTP surface; and
+//! clients that keep `n` requests in flight through the entry's
+//! `/internal/generate` ingress.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use subserver::http::ingress::WireEvent;
+use subserver::sampling::SamplingParams;
+use tuner::metrics::{MetricSeries, MetricsText};
+
+/// Step latencies of the pair (ms), the issue's example.
+pub const LATENCY_MS: [f64; 2] = [6.0, 27.9];
+/// The models, entry first.
+pub const MODELS: [&str; 2] = ["quick", "reference"];
+
+/// How the pair runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Topology {
+    /// One `tokenrouter subserver` process per model, TCP hand-overs.
+    TcpProcesses,
+    /// Both models in one group in this process (in-process transport).
+    InProcess,
+}
+
+/// A free loopback port (bound and released; the OS does not hand it out again at once).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind a free port")
+        .local_addr()
+        .expect("local address")
+        .port()
+}
+
+/// The group config: Random at `p` on the sim pair, with `transport` YAML.
+pub fn config_yaml(p: f64, transport: &str, thresholds: Option<&str>) -> String {
+    let thresholds = thresholds
+        .map(|t| format!("delayed_batching_threshold: {t}\n"))
+        .unwrap_or_default();
+    format!(
+        "model:\n  \
+           quick: {{sim: {{latency_ms: {{base: {}, per_seq: 0.0, per_token: 0.0}}, vocab_size: 5000}}}}\n  \
+           reference: {{sim: {{latency_ms: {{base: {}, per_seq: 0.0, per_token: 0.0}}, vocab_size: 5000}}}}\n\
+         system: {{entry_model: quick, kv_cache_tokens: 262144}}\n\
+         scheduler_class: Random\n\
+         scheduler_kwargs: {{probability: {p}, seed: 7}}\n\
+         backend: sim\n\
+         execution_mode: async_delayed\n\
+         max_batch_wait_ms: 50\n\
+         {thresholds}{transport}",
+        LATENCY_MS[0], LATENCY_MS[1]
+    )
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A running pair; dropping it stops it.
+pub struct SimGroup {
+    /// Admin base URLs (`http://host:port`), one per model (the same URL
+    /// twice for the in-process group, whose registry holds both models).
+    pub admin: Vec<String>,
+    children: Vec<Killed>,
+    service: Option<subserver::service::Service>,
+    _dir: tempfile::TempDir,
+}
+
+impl SimGroup {
+    /// Starts the pair with Random at `p` and waits until it is healthy.
+    pub fn start(binary: &Path, topology: Topology, p: f64, thresholds: Option<&str>) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cfg_path = dir.path().join("group.yaml");
+        match topology {
+            Topology::TcpProcesses => {
+                let peers = [free_port(), free_port()];
+                let admin = [free_port(), free_port()];
+                let transport = format!(
+                    "transport: {{kind: tcp, addresses: {{quick: \"127.0.0.1:{}\", reference: \"127.0.0.1:{}\"}}, peer_timeout_ms: 10000}}\n",
+                    peers[0], peers[1]
+                );
+                std::fs::write(&cfg_path, config_yaml(p, &transport, thresholds))
+                    .expect("write config");
+                let children = MODELS
+                    .iter()
+                    .zip(admin)
+                    .rev()
+                    .map(|(model, port)| Killed(spawn_subserver(binary, &cfg_path, model, port)))
+                    .collect();
+                let group = SimGroup {
+                    admin: admin
+                        .iter()
+                        .map(|p| format!("http://127.0.0.1:{p}"))
+                        .collect(),
+                    children,
+                    service: None,
+                    _dir: dir,
+                };
+                group.wait_healthy();
+                group
+            }
+            Topology::InProcess => {
+                std::fs::write(&cfg_path, config_yaml(p, "", thresholds)).expect("write config");
+                let cfg = subserver::config::EngineConfig::from_file(&cfg_path).expect("config");
+                let addr: SocketAddr = "127.0.0.1:0".parse().expect("address");
+                let service =
+                    subserver::service::Service::start(&cfg, Some(addr)).expect("start the group");
+                let url = format!("http://{}", service.admin_addr().expect("admin address"));
+                let group = SimGroup {
+                    admin: vec![url.clone(), url],
+                    children: Vec::new(),
+                    service: Some(service),
+                    _dir: dir,
+                };
+                group.wait_healthy();
+                group
+            }
+        }
+    }
+
+    /// The entry model's admin URL (its `/internal/generate` takes requests).
+    pub fn entry(&self) -> &str {
+        &self.admin[0]
+    }
+
+    fn wait_healthy(&self) {
+        let client = client();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for url in &self.admin {
+            loop {
+                let ok = client
+                    .get(format!("{url}/health"))
+                    .send()
+                    .map(|r| r.status().is_success())
+                    .unwrap_or(false);
+                if ok {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "{url} did not become healthy");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// One scrape of every model's `/metrics`, merged.
+    pub fn scrape(&self) -> MetricSeries {
+        let client = client();
+        let texts: Vec<MetricsText> = self
+            .admin
+            .iter()
+            .map(|url| {
+                let source = format!("{url}/metrics");
+                let text = client
+                    .get(&source)
+                    .send()
+                    .and_then(|r| r.error_for_status())
+                    .and_then(|r| r.text())
+                    .unwrap_or_else(|e| panic!("GET {source}: {e}"));
+                MetricsText { source, text }
+            })
+            .collect();
+        MetricSeries::from_texts(&texts).expect("parse metrics")
+    }
+
+    /// Per model, (steps, step seconds) as its scheduler counts them
+    /// (`/admin/state`): the latency the group really runs at, which the
+    /// machine's load can stretch beyond the configured sleep.
+    pub fn step_stats(&self) -> Vec<(f64, f64)> {
+        let client = client();
+        MODELS
+            .iter()
+            .zip(&self.admin)
+            .map(|(model, url)| {
+                let state: serde_json::Value = client
+                    .get(format!("{url}/admin/state"))
+                    .send()
+                    .and_then(|r| r.json())
+                    .unwrap_or_else(|e| panic!("GET {url}/admin/state: {e}"));
+                let stats = if state["models"].is_object() {
+                    &state["models"][model]
+                } else {
+                    &state["stats"]
+                };
+                let f = |k: &str| {
+                    stats[k]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{k} in {state}"))
+                };
+                (f("steps"), f("step_seconds"))
+            })
+            .collect()
+    }
+
+    /// Moves Random's probability through the policy's live knob on every
+    /// process (each TCP process holds its own copy).
+    pub fn set_probability(&self, p: f64) {
+        let client = client();
+        for url in &self.admin {
+            let r = client
+                .put(format!("{url}/admin/routing_threshold"))
+                .json(&serde_json::json!({ "routing_threshold": p }))
+                .send()
+                .unwrap_or_else(|e| panic!("PUT {url}/admin/routing_threshold: {e}"));
+            assert!(
+                r.status().is_success(),
+                "PUT routing_threshold: {}",
+                r.status()
+            );
+        }
+    }
+
+    /// Sets the delayed-batching table of every model (`table[m][n - 1]`).
+    pub fn set_thresholds(&self, table: &[Vec<usize>]) {
+        let client = client();
+        let in_process = self.admin.windows(2).all(|w| w[0] == w[1]);
+        for (m, url) in self.admin.iter().enumerate() {
+            let models: Vec<usize> = match (in_process, m) {
+                (true, 0) => (0..MODELS.len()).collect(),
+                (true, _) => continue,
+                (false, m) => vec![m],
+            };
+            let body: serde_json::Map<String, serde_json::Value> = models
+                .into_iter()
+                .map(|m| (MODELS[m].to_string(), serde_json::json!(table[m])))
+                .collect();
+            let r = client
+                .put(format!("{url}/admin/thresholds"))
+                .json(&serde_json::json!({ "delayed_batching_threshold": body }))
+                .send()
+                .unwrap_or_else(|e| panic!("PUT {url}/admin/thresholds: {e}"));
+            assert!(r.status().is_success(), "PUT thresholds: {}", r.status());
+        }
+    }
+}
+
+fn spawn_subserver(binary: &Path, cfg: &Path, model: &str, admin: u16) -> Child {
+    Command::new(binary)
+        .args(["subserver", "--config"])
+        .arg(cfg)
+        .args(["--model", model, "--admin", &format!("127.0.0.1:{admin}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()))
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("HTTP client")
+}
+
+/// What the clients saw.
+#[derive(Debug, Default, Clone)]
+pub struct LoadCounts {
+    /// Requests finished.
+    pub finished: u64,
+    /// Requests that failed (a dropped request is a failure).
+    pub failed: u64,
+    /// Output tokens by writer model.
+    pub tokens_by_writer: [u64; 2],
+}
+
+/// `clients` closed-loop clients, each with one request of `max_tokens` in flight.
+pub struct Load {
+    stop: Arc<AtomicBool>,
+    tokens: Arc<AtomicU64>,
+    handles: Vec<JoinHandle<LoadCounts>>,
+}
+
+impl Load {
+    /// Starts the clients against `entry` (an admin base URL).
+    pub fn start(entry: &str, clients: usize, max_tokens: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tokens = Arc::new(AtomicU64::new(0));
+        let handles = (0..clients)
+            .map(|c| {
+                let (stop, tokens, url) = (
+                    stop.clone(),
+                    tokens.clone(),
+                    format!("{entry}/internal/generate"),
+                );
+                std::thread::spawn(move || client_loop(&url, c as u32, max_tokens, &stop, &tokens))
+            })
+            .collect();
+        Self {
+            stop,
+            tokens,
+            handles,
+        }
+    }
+
+    /// Output tokens streamed so far (all clients).
+    pub fn tokens(&self) -> u64 {
+        self.tokens.load(Ordering::Relaxed)
+    }
+
+    /// Stops the clients after their current request and sums what they saw.
+    pub fn stop(self) -> LoadCounts {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut sum = LoadCounts::default();
+        for h in self.handles {
+            let c = h.join().expect("client thread");
+            sum.finished += c.finished;
+            sum.failed += c.failed;
+            for m in 0..2 {
+                sum.tokens_by_writer[m] += c.tokens_by_writer[m];
+            }
+        }
+        sum
+    }
+}
+
+fn client_loop(
+    url: &str,
+    id: u32,
+    max_tokens: usize,
+    stop: &AtomicBool,
+    tokens: &AtomicU64,
+) -> LoadCounts {
+    use std::io::BufRead;
+    let client = client();
+    let mut counts = LoadCounts::default();
+    let mut k = 0u32;
+    while !stop.load(Ordering::Relaxed) {
+        k += 1;
+        let body = serde_json::json!({
+            "prompt": [1 + id % 97, 2 + k % 89, 3, 4, 5, 6, 7, 8],
+            "params": SamplingParams::greedy(max_tokens),
+        });
+        let response = match client.post(url).json(&body).send() {
+            Ok(r) if r.status().is_success() => r,
+            _ => {
+                counts.failed += 1;
+                continue;
+            }
+        };
+        let mut ended = false;
+        for line in std::io::BufReader::new(response).lines() {
+            let Ok(line) = line else { break };
+            match serde_json::from_str::<WireEvent>(&line) {
+                Ok(WireEvent::Token { writer, .. }) => {
+                    counts.tokens_by_writer[writer.min(1) as usize] += 1;
+                    tokens.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(WireEvent::Finished { .. }) => {
+                    counts.finished += 1;
+                    ended = true;
+                }
+                _ => {
+                    counts.failed += 1;
+                    ended = true;
+                }
+            }
+        }
+        if !ended {
+            counts.failed += 1;
+        }
+    }
+    counts
+}
