@@ -1,6 +1,7 @@
 //! The engine config the operator renders into its ConfigMap loads with the
 //! engine's own loader (`subserver::config::EngineConfig`), for every
 //! example resource and both placements, and means what the resource says.
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -13,6 +13,7 @@
 //! sleeps overshoot, every step of the window is longer, and the chain's true
 //! input is the longer time. The test checks it is never shorter than the
 //! configured sleep and prints both.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod common;
 mod retune_support;

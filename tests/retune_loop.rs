@@ -4,6 +4,7 @@
 //! table to every pod's admin endpoint, keeps it while routing is unchanged
 //! (hysteresis), and pushes a new one after the policy's live knob moves p
 //! from 0.2 to 0.6. No request fails or stalls while B changes.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod common;
 mod retune_support;

@@ -4,6 +4,7 @@
 //! hand-over rules (a guest keeps the token of its first turn step and returns
 //! at EOS or at the request's budget), then checks that the estimate from the
 //! group's Prometheus text gives exactly those counts: P and C.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod common;
 

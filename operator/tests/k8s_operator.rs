@@ -2,6 +2,7 @@
 //! cluster in `KUBECONFIG`): the CRD and its CEL rules, owned objects on
 //! apply / edit / delete, the scale subresource, status from readiness,
 //! strict validation of what the operator creates, and a crash mid-reconcile.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod k8s_support;
 

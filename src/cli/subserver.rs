@@ -18,7 +18,11 @@ pub struct SubserverArgs {
     #[arg(long)]
     config: PathBuf,
     /// The model this process serves.
-    #[arg(long, required_unless_present = "all_models", conflicts_with = "all_models")]
+    #[arg(
+        long,
+        required_unless_present = "all_models",
+        conflicts_with = "all_models"
+    )]
     model: Option<String>,
     /// Serve every model of the group in this process (in-process transport),
     /// with the entry's `/internal/generate` on `--admin`.
