@@ -16,9 +16,9 @@ use anyhow::Result;
 use clap::Parser;
 use loadgen::page::Page;
 use loadgen::plot::{chart, Series, Style};
-use tuner::{best, predict, StepLatency, TunerInputs};
 use subserver::bench::profile::{RelativeCosts, StepProfile};
 use subserver::bench::sim_bench::{run, BenchMode, SimBenchOptions};
+use tuner::{best, predict, StepLatency, TunerInputs};
 
 #[derive(Parser)]
 struct Args {
