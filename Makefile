@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-ablation bench-tuner bench-gateway bench-cpu bench-eval bench-llamacpp venv-llama clean-models
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama
 
 # --- Python environments -----------------------------------------------------
 
@@ -170,3 +170,28 @@ bench-gateway: assets
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
 	  --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency 1..16
+
+# Overload (5x capacity) and leak (10,000 mixed requests) runs; several minutes.
+soak: assets
+	cargo build --release --example soak
+	$(TARGET_DIR)/release/examples/soak --config $(ROOT)/config/sim-gateway-bench.yaml \
+	  --out $(ROOT)/docs/results/reliability.md
+
+# --- Fuzzing (nightly; `make test` runs the same entry points as property tests)
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= gateway_request peer_wire config_yaml gguf safetensors router_checkpoint
+# New inputs go here; the committed seeds in fuzz/corpus stay read-only.
+FUZZ_WORK    ?= $(TARGET_DIR)/fuzz-corpus
+# `address` finds more in unsafe code but needs an instrumented libtorch-free
+# build to be fast; `none` still catches panics, hangs and huge allocations.
+FUZZ_SANITIZER ?= none
+
+fuzz: $(CACHE)/.torch-min.stamp
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_WORK)/$$t && \
+	  CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
+	    $(FUZZ_WORK)/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 || exit 1; \
+	done

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use subserver::config::EngineConfig;
+use subserver::http::{AdminToken, ControlAccess};
 use subserver::service::member::MemberService;
 
 /// Arguments of `subserver`.
@@ -17,15 +18,33 @@ pub struct SubserverArgs {
     /// The model this process serves.
     #[arg(long)]
     model: String,
-    /// Address of `/metrics`, `/health` and `/admin/*`.
+    /// Address of `/metrics`, `/health` and (unless `--control`) `/admin/*`
+    /// and `/internal/generate`.
     #[arg(long)]
     admin: Option<SocketAddr>,
+    /// Serve `/admin/*` and `/internal/generate` on this address instead;
+    /// without a token it must be a loopback address.
+    #[arg(long, requires = "admin")]
+    control: Option<SocketAddr>,
+    /// File holding the bearer token of `/admin/*` and `/internal/generate`
+    /// (default: `$TOKENROUTER_ADMIN_TOKEN_FILE`, then
+    /// `$TOKENROUTER_ADMIN_TOKEN`); without a token they answer loopback
+    /// clients only.
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
 }
 
 /// Runs `subserver` until the process is stopped.
 pub fn run(args: SubserverArgs) -> Result<()> {
+    let mut access = ControlAccess::from_env().map_err(anyhow::Error::msg)?;
+    if let Some(file) = &args.admin_token_file {
+        access.token = Some(AdminToken::from_file(file).map_err(anyhow::Error::msg)?);
+    }
+    access.bind = args.control;
+    // Refused before the config and the models load.
+    access.check().map_err(anyhow::Error::msg)?;
     let cfg = EngineConfig::from_file(&args.config)?;
-    let svc = MemberService::start(&cfg, &args.model, args.admin)?;
+    let svc = MemberService::start_with_access(&cfg, &args.model, args.admin, access)?;
     eprintln!(
         "subserver `{}` running (model {} of {}){}",
         args.model,

@@ -25,10 +25,42 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
     if let Some(t) = cpu_threads(cfg, cores) {
         crate::device::set_cpu_threads(t as i32);
     }
+    check_shared_vocabulary(cfg)?;
     let cell = LiveThreshold::new(0.0);
     (0..cfg.models().len())
         .map(|i| member(cfg, i, Some(cell.clone())))
         .collect()
+}
+
+/// Refuses a group whose models' tokenizers differ, before any weights
+/// load: a token written by one model would be read as another token (or
+/// out of range) by the next. Models without a tokenizer on disk (simulated
+/// ones) are not compared.
+pub fn check_shared_vocabulary(cfg: &EngineConfig) -> Result<(), ServiceError> {
+    let loaded: Vec<(&str, TextTokenizer)> = cfg
+        .models()
+        .iter()
+        .filter_map(|m| {
+            let dir = m.path.as_ref()?;
+            dir.join("tokenizer.json").is_file().then_some(())?;
+            // An unreadable tokenizer is reported when the model loads.
+            Some((m.name.as_str(), TextTokenizer::from_dir(dir).ok()?))
+        })
+        .collect();
+    let Some((first, reference)) = loaded.first() else {
+        return Ok(());
+    };
+    for (name, tok) in &loaded[1..] {
+        if !reference.same_vocabulary(tok) {
+            return Err(ServiceError::Unsupported(format!(
+                "models `{first}` ({} tokens) and `{name}` ({} tokens) do not share a \
+                 vocabulary: token-level routing needs one tokenizer for the whole group",
+                reference.vocab_size(),
+                tok.vocab_size()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// libtorch intra-op threads for an in-process group: `system.threads` when
