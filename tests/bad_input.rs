@@ -2,6 +2,8 @@
 //! input gets one precise error (printed once), nothing half-written is
 //! left behind, and checks that need no model run before any model loads.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::path::Path;

@@ -3,6 +3,8 @@
 //! serve the simulated pair of `config/sim-gateway.yaml` (real scheduler,
 //! SmolLM2 tokenizer); one serves the embedded default (real SmolLM2 pair).
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::io::{BufRead, BufReader};

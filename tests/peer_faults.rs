@@ -6,6 +6,8 @@
 //! no KV stays held, and a restarted peer rejoins without restarting the
 //! entry.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::io::{Read, Write};

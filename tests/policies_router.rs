@@ -4,6 +4,8 @@
 //! pairs (real Qwen3 tokenizer) routed through a real in-process group and
 //! through a YAML config.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::path::{Path, PathBuf};

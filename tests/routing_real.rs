@@ -2,6 +2,8 @@
 //! layers as the small model, all 30 as the large one), through the real
 //! schedulers, pending/resume and the in-process transport.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use subserver::runner::memory::KvBudget;

@@ -3,6 +3,8 @@
 //! requests with a unique API key, a wrong key, unique prompts and a stop
 //! string, answers them, drains on SIGTERM, and its whole log is searched.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::io::Read;

@@ -2,6 +2,8 @@
 //! `tokenrouter subserver` process; the entry model runs here; hand-overs
 //! cross the process boundary as TCP frames.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::io::{Read, Write};

@@ -2,6 +2,8 @@
 //! cancels its request in every subserver and frees its KV; a drain waits
 //! for in-flight requests.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! `tokenrouter subserver`: one model of a group in this process, talking TCP
-//! to the others (one process or pod per model).
+//! to the others (one process or pod per model), or with `--all-models` the
+//! whole group in-process behind the same HTTP surface (one pod per group).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,6 +9,7 @@ use anyhow::Result;
 use subserver::config::EngineConfig;
 use subserver::http::{AdminToken, ControlAccess};
 use subserver::service::member::MemberService;
+use subserver::service::Service;
 
 /// Arguments of `subserver`.
 #[derive(Debug, clap::Args)]
@@ -16,8 +18,16 @@ pub struct SubserverArgs {
     #[arg(long)]
     config: PathBuf,
     /// The model this process serves.
+    #[arg(
+        long,
+        required_unless_present = "all_models",
+        conflicts_with = "all_models"
+    )]
+    model: Option<String>,
+    /// Serve every model of the group in this process (in-process transport),
+    /// with the entry's `/internal/generate` on `--admin`.
     #[arg(long)]
-    model: String,
+    all_models: bool,
     /// Address of `/metrics`, `/health` and (unless `--control`) `/admin/*`
     /// and `/internal/generate`.
     #[arg(long)]
@@ -44,10 +54,13 @@ pub fn run(args: SubserverArgs) -> Result<()> {
     // Refused before the config and the models load.
     access.check().map_err(anyhow::Error::msg)?;
     let cfg = EngineConfig::from_file(&args.config)?;
-    let svc = MemberService::start_with_access(&cfg, &args.model, args.admin, access)?;
+    let Some(model) = args.model else {
+        return run_group(&cfg, args.admin, access);
+    };
+    let svc = MemberService::start_with_access(&cfg, &model, args.admin, access)?;
     eprintln!(
         "subserver `{}` running (model {} of {}){}",
-        args.model,
+        model,
         svc.member().index(),
         svc.member().names().len(),
         svc.admin_addr()
@@ -57,5 +70,20 @@ pub fn run(args: SubserverArgs) -> Result<()> {
     while svc.member().is_alive() {
         std::thread::park_timeout(std::time::Duration::from_secs(1));
     }
-    anyhow::bail!("the scheduler of `{}` stopped", args.model)
+    anyhow::bail!("the scheduler of `{model}` stopped")
+}
+
+/// `--all-models`: the whole group in this process until it is stopped.
+fn run_group(cfg: &EngineConfig, admin: Option<SocketAddr>, access: ControlAccess) -> Result<()> {
+    let svc = Service::start_with_access(cfg, admin, access)?;
+    eprintln!(
+        "subserver group running ({} models){}",
+        cfg.model_names().len(),
+        svc.admin_addr()
+            .map(|a| format!(", admin on http://{a}"))
+            .unwrap_or_default()
+    );
+    loop {
+        std::thread::park();
+    }
 }

@@ -192,7 +192,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
     }
 
     Ok(EngineConfig {
-        transport: build_transport(raw.transport, &names)?,
+        transport: build_transport(raw.transport, &names, env)?,
         gateway: build_gateway(raw.gateway.unwrap_or_default(), &base_dir, env)?,
         models,
         entry,
@@ -451,6 +451,7 @@ fn build_policy(
 fn build_transport(
     raw: Option<RawTransport>,
     names: &[String],
+    env: Env,
 ) -> Result<TransportConfig, ConfigError> {
     let Some(raw) = raw else {
         return Ok(TransportConfig::InProc);
@@ -492,6 +493,10 @@ fn build_transport(
                         format!("\"{name}\" is not a model (models: {})", names.join(", ")),
                     )
                 })?;
+                // `${VAR}` lets one file serve every group of a StatefulSet
+                // (e.g. the pod's ordinal in a peer's DNS name).
+                let address =
+                    expand_env(&address, env).map_err(|m| ConfigError::invalid(&key, m))?;
                 check_address(&address).map_err(|m| ConfigError::invalid(&key, m))?;
                 if let Some(other) = addresses
                     .iter()
@@ -1261,6 +1266,28 @@ scheduler_class: R2R
         assert_eq!(c.max_batch_wait(), std::time::Duration::from_micros(2500));
         assert_eq!(c.execution_mode(), ExecutionMode::Lockstep);
         assert!(c.fallback_on_peer_failure());
+    }
+
+    #[test]
+    fn transport_addresses_expand_env() {
+        let c = load(&format!(
+            "{MINIMAL}transport: {{kind: tcp, addresses: {{quick: 'q-${{CACHE}}:1', reference: 'r-${{GROUP:-0}}.svc:2'}}}}\n"
+        ))
+        .unwrap();
+        let TransportConfig::Tcp(tcp) = c.transport() else {
+            panic!("tcp")
+        };
+        assert_eq!(tcp.addresses, vec!["q-/cache:1", "r-0.svc:2"]);
+        let err = load(&format!(
+            "{MINIMAL}transport: {{kind: tcp, addresses: {{quick: 'q-${{NOPE}}:1', reference: 'r:2'}}}}\n"
+        ))
+        .unwrap_err();
+        assert_error(
+            &err,
+            "invalid",
+            "transport.addresses.quick",
+            "NOPE is not set",
+        );
     }
 
     #[test]

@@ -48,6 +48,7 @@ impl Weights {
         for file in files {
             let handle = std::fs::File::open(file).map_err(|e| EngineError::io(file, e))?;
             // SAFETY: the file is opened read-only and not modified while mapped.
+            #[allow(unsafe_code)] // mmap of a checkpoint shard.
             let mmap =
                 unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| EngineError::io(file, e))?;
             check_complete(&mmap).map_err(|reason| EngineError::InvalidModel {
