@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -90,20 +90,31 @@ fn engine(args: &Args, batch: usize) -> Result<f64> {
         };
         streams.push(group.submit(prompt, params).1);
     }
-    // Each stream's token arrival times.
-    let mut times: Vec<Vec<Instant>> = vec![Vec::new(); batch];
-    let deadline = Instant::now() + Duration::from_secs(600);
-    for (i, rx) in streams.iter_mut().enumerate() {
-        while let Some(ev) = rx.blocking_recv() {
-            match ev {
-                StreamEvent::Token { .. } => times[i].push(Instant::now()),
-                StreamEvent::Finished { .. } => break,
-                StreamEvent::Failed(e) => bail!("engine request failed: {e}"),
-            }
-            if Instant::now() > deadline {
-                bail!("engine run exceeded 10 minutes");
-            }
-        }
+    // Each stream is drained on its own thread, so every token is stamped
+    // when it arrives (reading the streams one after another would stamp
+    // the later streams' buffered tokens all at once).
+    let readers: Vec<_> = streams
+        .into_iter()
+        .map(|mut rx| {
+            std::thread::spawn(move || -> Result<Vec<Instant>> {
+                let mut t = Vec::new();
+                while let Some(ev) = rx.blocking_recv() {
+                    match ev {
+                        StreamEvent::Token { .. } => t.push(Instant::now()),
+                        StreamEvent::Finished { .. } => break,
+                        StreamEvent::Failed(e) => bail!("engine request failed: {e}"),
+                    }
+                }
+                Ok(t)
+            })
+        })
+        .collect();
+    let mut times: Vec<Vec<Instant>> = Vec::new();
+    for r in readers {
+        times.push(
+            r.join()
+                .map_err(|_| anyhow::anyhow!("reader thread panicked"))??,
+        );
     }
     drop(group);
     let first_all = times.iter().filter_map(|t| t.first()).max().copied();

@@ -257,6 +257,8 @@ async fn serve(
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    // Started before measuring: the page records the load at start and end.
+    let mut page = Page::begin("Gateway overhead (sim backend)", "make bench-gateway");
     let cfg = EngineConfig::from_file(&args.config)?;
     let service = Service::start(&cfg, None)?;
     let stamps: Stamps = Arc::default();
@@ -387,7 +389,6 @@ async fn main() -> anyhow::Result<()> {
         drop(server);
     }
 
-    let mut page = Page::begin("Gateway overhead (sim backend)", "make bench-gateway");
     page.para(&format!(
         "`bench_gateway --config config/sim-gateway-bench.yaml --concurrency {c} --max-tokens {} \
          --rounds {} --clients {}`: one run, one process. The group is the simulated pair of \

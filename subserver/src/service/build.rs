@@ -292,7 +292,7 @@ mod thread_tests {
 
     fn cfg(extra: &str) -> EngineConfig {
         let yaml = format!(
-            "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n{extra}"
+            "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\nscheduler_class: Random\n{extra}"
         );
         EngineConfig::from_yaml_str(&yaml, Path::new(".")).unwrap()
     }
@@ -307,9 +307,11 @@ mod thread_tests {
 
     #[test]
     fn system_threads_wins_and_sim_is_left_alone() {
-        let yaml = "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n  threads: 3\nbackend: tch\ndevice: cpu\n";
+        let yaml = "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n  threads: 3\nscheduler_class: Random\nbackend: tch\ndevice: cpu\n";
         let set = EngineConfig::from_yaml_str(yaml, Path::new(".")).unwrap();
         assert_eq!(cpu_threads(&set, 16), Some(3));
-        assert_eq!(cpu_threads(&cfg("backend: sim\n"), 16), None);
+        let sim = "model:\n  quick:\n    path: a\n    sim: {latency_ms: {base: 1.0}}\n  reference:\n    path: b\n    sim: {latency_ms: {base: 1.0}}\nsystem:\n  entry_model: quick\nscheduler_class: Random\nbackend: sim\n";
+        let sim = EngineConfig::from_yaml_str(sim, Path::new(".")).unwrap();
+        assert_eq!(cpu_threads(&sim, 16), None);
     }
 }
