@@ -17,7 +17,8 @@ pub struct SubserverArgs {
     /// The model this process serves.
     #[arg(long)]
     model: String,
-    /// Address of `/metrics`, `/health` and `/admin/*`.
+    /// Address of `/metrics`, `/health` and `/admin/*` (default: the
+    /// model's official `port` on all interfaces, when the config sets one).
     #[arg(long)]
     admin: Option<SocketAddr>,
 }
@@ -25,7 +26,14 @@ pub struct SubserverArgs {
 /// Runs `subserver` until the process is stopped.
 pub fn run(args: SubserverArgs) -> Result<()> {
     let cfg = EngineConfig::from_file(&args.config)?;
-    let svc = MemberService::start(&cfg, &args.model, args.admin)?;
+    let port = cfg
+        .model_index(&args.model)
+        .and_then(|i| cfg.model(i))
+        .and_then(|m| m.port);
+    let admin = args
+        .admin
+        .or_else(|| port.map(|p| SocketAddr::from(([0, 0, 0, 0], p))));
+    let svc = MemberService::start(&cfg, &args.model, admin)?;
     eprintln!(
         "subserver `{}` running (model {} of {}){}",
         args.model,
