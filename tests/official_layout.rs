@@ -204,8 +204,10 @@ fn official_hub(root: &Path) -> PathBuf {
             &hidden,
             "--dims",
             "32,32",
+            // Every token diverges: the served answer must be the large
+            // model's alone, which shows the file's threshold is used.
             "--threshold",
-            "0.5",
+            "0.0",
             "--seed",
             "9",
         ],
@@ -323,10 +325,37 @@ fn the_official_yaml_loads_byte_for_byte_and_serves_a_chat_request() {
         "{reply}"
     );
     let usage = &reply["usage"];
-    assert!(usage["completion_tokens"].as_u64().unwrap() > 0, "{reply}");
+    let n = usage["completion_tokens"].as_u64().unwrap();
+    assert!(n > 0, "{reply}");
+    assert_eq!(
+        usage["completion_tokens_by_model"]["reference"].as_u64(),
+        Some(n),
+        "{reply}"
+    );
     // tp_size 2 runs whole on one device, and start-up says so.
     assert!(
         warnings.contains("tensor parallelism is not implemented"),
         "{warnings}"
+    );
+
+    // A router trained for another pair (other hidden width) is refused at start-up.
+    let wrong = tmp.path().join("wrong");
+    run_python(
+        "r2r_official_ref.py",
+        &[wrong.to_str().unwrap(), "--hidden", "48", "--dims", "32"],
+    );
+    let yaml = OFFICIAL_YAML.replace(
+        "nics-efc/R2R_router_collections/Qwen3-0.6B+Qwen3-32B/default_router.pt",
+        wrong.join("router.pt").to_str().unwrap(),
+    );
+    let mut cfg = EngineConfig::from_yaml_str(&yaml, tmp.path()).unwrap();
+    cfg.override_kv_tokens(256).unwrap();
+    let e = subserver::service::build::members(&cfg)
+        .err()
+        .expect("a router of the wrong width must be refused")
+        .to_string();
+    assert!(
+        e.contains("R2R cannot run here") && e.contains("hidden states 48 wide"),
+        "{e}"
     );
 }
