@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models
 
 # --- Python environments -----------------------------------------------------
 
@@ -59,6 +59,11 @@ venv-openai: $(CACHE)/.openai.stamp
 # Headless Chromium for the /ui test (Debian package; we run as root).
 chromium:
 	@command -v chromium >/dev/null || { apt-get update && apt-get install -y --no-install-recommends chromium; }
+
+# promtool lints our /metrics exposition in the gateway tests (Debian
+# package `prometheus`).
+promtool:
+	@command -v promtool >/dev/null || { apt-get update && apt-get install -y --no-install-recommends prometheus; }
 
 # --- Downloads (PyPI only) ---------------------------------------------------
 
@@ -111,7 +116,7 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
-test: assets venv-ref venv-openai chromium lint
+test: assets venv-ref venv-openai chromium promtool lint
 	cargo test --release --workspace --all-targets
 
 bench: bench-engine bench-runtime bench-tuner bench-gateway

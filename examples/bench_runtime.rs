@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Parser;
-use operator::tuner::{best, predict, StepLatency, TunerInputs};
 use subserver::bench::sim_bench::{run, BenchMode, SimBenchOptions, SimBenchReport};
+use tuner::{best, predict, StepLatency, TunerInputs};
 
 #[derive(Parser)]
 struct Args {

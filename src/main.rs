@@ -36,7 +36,7 @@ enum Command {
     /// The Std. Serving baseline: single-model servers and a one-token-per-call forwarder.
     StdServing(cli::std_serving::StdServingArgs),
     /// Pick delayed-batching thresholds with the Markov-chain model.
-    Tune(operator::tuner::cli::TuneArgs),
+    Tune(tuner::cli::TuneArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -60,7 +60,7 @@ fn main() -> std::process::ExitCode {
         Command::SimBench(args) => cli::sim_bench::run(args),
         Command::Subserver(args) => cli::subserver::run(args),
         Command::StdServing(args) => cli::std_serving::run(args),
-        Command::Tune(args) => operator::tuner::cli::run(args).map_err(anyhow::Error::from),
+        Command::Tune(args) => tuner::cli::run(args).map_err(anyhow::Error::from),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -29,6 +29,16 @@ has() {
 }
 JSON=(-H 'content-type: application/json')
 
+# promlint FILE: `promtool check metrics` on an exposition; prints every
+# problem except the colon in vLLM's own `vllm:*` names (kept for
+# dashboards and KEDA triggers). Empty output means clean.
+promlint() {
+  command -v promtool >/dev/null || { echo "promtool is not installed (make promtool)"; return; }
+  promtool check metrics < "$1" 2>&1 \
+    | grep -v -E "^vllm:[a-zA-Z0-9_:]+ metric names should not contain ':'$" \
+    | grep -v -E '^$' || true
+}
+
 case "$MODE" in
 protocol)
   req health 200 GET /health
@@ -76,7 +86,7 @@ protocol)
   req metrics 200 GET /metrics
   for m in vllm:time_to_first_token_seconds vllm:inter_token_latency_seconds vllm:e2e_request_latency_seconds \
            vllm:num_requests_running vllm:num_requests_waiting vllm:request_success_total \
-           tokenrouter:large_model_token_share tokenrouter:http_requests_total tokenrouter:step_latency_seconds; do
+           tokenrouter_large_model_token_share tokenrouter_http_requests_total tokenrouter_step_latency_seconds; do
     has "metric_$m" "$m"
   done
   has metric_status_400 'status="400"'
@@ -85,19 +95,24 @@ protocol)
     && pass metric_success_counted || fail metric_success_counted "$(grep request_success "$TMP/body")"
   grep -qE '^vllm:time_to_first_token_seconds_count\{model_name="tokenrouter"\} [1-9]' "$TMP/body" \
     && pass metric_ttft_observed || fail metric_ttft_observed "$(grep time_to_first_token_seconds_count "$TMP/body")"
-  grep -qE '^tokenrouter:http_requests_total\{route="/v1/chat/completions",status="200"\} [1-9]' "$TMP/body" \
+  grep -qE '^tokenrouter_http_requests_total\{route="/v1/chat/completions",status="200"\} [1-9]' "$TMP/body" \
     && pass metric_http_200_counted || fail metric_http_200_counted "$(grep http_requests_total "$TMP/body")"
-  grep -qE '^tokenrouter:large_model_token_share 0\.[0-9]*[1-9]' "$TMP/body" \
+  grep -qE '^tokenrouter_large_model_token_share 0\.[0-9]*[1-9]' "$TMP/body" \
     && pass metric_large_share_set || fail metric_large_share_set "$(grep large_model_token_share "$TMP/body")"
+  # Prometheus naming rules (promtool's lint); first prove the lint bites.
+  printf '# HELP tokenrouter:x x\n# TYPE tokenrouter:x gauge\ntokenrouter:x 1\n' > "$TMP/bad"
+  if [ -n "$(promlint "$TMP/bad" | grep -F "tokenrouter:x")" ]; then pass promlint_flags_colons; else fail promlint_flags_colons "$(promlint "$TMP/bad")"; fi
+  LINT=$(promlint "$TMP/body")
+  [ -z "$LINT" ] && pass metrics_pass_promtool || fail metrics_pass_promtool "$LINT"
   # A client that gives up cancels its request in every model (KV freed).
   curl -s --max-time 1 -o /dev/null "$BASE/v1/completions" "${JSON[@]}" \
     -d '{"model":"tokenrouter","prompt":"x","max_tokens":50000}'
   gone=0
   for _ in $(seq 1 100); do
     curl -s -o "$TMP/body" "$BASE/metrics"
-    if grep -q '^tokenrouter:active_concurrency{model="quick"} 0' "$TMP/body" \
-       && grep -q '^tokenrouter:kv_cache_usage_perc{model="reference"} 0$' "$TMP/body" \
-       && grep -q '^tokenrouter:kv_cache_usage_perc{model="quick"} 0$' "$TMP/body"; then gone=1; break; fi
+    if grep -q '^tokenrouter_active_concurrency{model="quick"} 0' "$TMP/body" \
+       && grep -q '^tokenrouter_kv_cache_usage_perc{model="reference"} 0$' "$TMP/body" \
+       && grep -q '^tokenrouter_kv_cache_usage_perc{model="quick"} 0$' "$TMP/body"; then gone=1; break; fi
     sleep 0.05
   done
   [ $gone = 1 ] && pass disconnect_cancels_and_frees_kv || fail disconnect_cancels_and_frees_kv "$(grep -E 'active_concurrency|kv_cache_usage' "$TMP/body")"

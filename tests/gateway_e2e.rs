@@ -491,9 +491,9 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
             .output()
             .unwrap();
         let m = String::from_utf8_lossy(&m.stdout).to_string();
-        if m.contains("tokenrouter:kv_cache_usage_perc{model=\"quick\"} 0\n")
-            && m.contains("tokenrouter:num_requests_running{model=\"quick\"} 0\n")
-            && m.contains("tokenrouter:num_requests_waiting{model=\"quick\"} 0\n")
+        if m.contains("tokenrouter_kv_cache_usage_perc{model=\"quick\"} 0\n")
+            && m.contains("tokenrouter_num_requests_running{model=\"quick\"} 0\n")
+            && m.contains("tokenrouter_num_requests_waiting{model=\"quick\"} 0\n")
         {
             break;
         }

@@ -129,7 +129,7 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
         let metrics = get(admin, "/metrics").unwrap();
         let idle = metrics
             .lines()
-            .any(|l| l == "tokenrouter:active_concurrency{model=\"reference\"} 0");
+            .any(|l| l == "tokenrouter_active_concurrency{model=\"reference\"} 0");
         if idle && entry.member().stats().active == 0 {
             break;
         }
@@ -148,7 +148,7 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
     let metrics = get(admin, "/metrics").unwrap();
     let steps: f64 = metrics
         .lines()
-        .filter(|l| l.starts_with("tokenrouter:step_latency_seconds_count{"))
+        .filter(|l| l.starts_with("tokenrouter_step_latency_seconds_count{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(steps > 0.0, "the reference process reports no steps");

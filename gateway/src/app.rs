@@ -8,7 +8,7 @@ use subserver::service::{Service, ServiceError};
 
 use crate::auth::{ApiKeys, AuthError};
 use crate::backend::inproc::InProcBackend;
-use crate::server::{Gateway, GatewayOptions};
+use crate::state::{Gateway, GatewayOptions};
 use crate::text::TextSide;
 use crate::validate::Catalog;
 

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::backend::remote::RemoteBackend;
 use crate::backend::Backend;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// How often the groups file is checked.
 const WATCH_EVERY: Duration = Duration::from_millis(500);

@@ -1,6 +1,7 @@
 //! Every way a request can fail at the gateway, with its HTTP status and the
 //! OpenAI error body `{"error": {"message", "type", "param", "code"}}`.
 
+use protocol::client::RequestError;
 use serde_json::json;
 use warp::http::{HeaderValue, StatusCode};
 use warp::reply::Response;
@@ -148,6 +149,27 @@ impl ApiError {
     }
 }
 
+/// The one mapping of an engine failure to an OpenAI error: requests that
+/// cannot fit the model are `context_length_exceeded`, a bad sampling
+/// parameter names its field, other checks are `invalid_parameter`, a
+/// shutdown is 503, and everything that failed while running is a 500.
+impl From<RequestError> for ApiError {
+    fn from(e: RequestError) -> Self {
+        match e {
+            RequestError::ContextExceeded { .. } | RequestError::KvPoolTooSmall { .. } => {
+                Self::ContextLength(e.to_string())
+            }
+            RequestError::Sampling(p) => {
+                let message = format!("{} {}", p.field, p.reason);
+                Self::invalid(p.field, message)
+            }
+            RequestError::Shutdown => Self::Unavailable("the server is shutting down".into()),
+            e if e.is_invalid() => Self::invalid("", e.message()),
+            e => Self::Engine(e.to_string()),
+        }
+    }
+}
+
 /// A JSON response with `status`.
 pub fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
@@ -183,5 +205,45 @@ mod tests {
         );
         assert_eq!(ApiError::PayloadTooLarge(10).status().as_u16(), 413);
         assert_eq!(ApiError::Unavailable("x".into()).status().as_u16(), 503);
+    }
+
+    #[test]
+    fn engine_failures_map_by_their_reason() {
+        let ctx = ApiError::from(RequestError::ContextExceeded {
+            prompt: 10,
+            max_tokens: 20,
+            context: 16,
+        });
+        assert_eq!(ctx.error_type(), "context_length_exceeded");
+        assert_eq!(ctx.body()["error"]["param"], "max_tokens");
+        assert!(ctx.to_string().contains("16"), "{ctx}");
+        let pool = ApiError::from(RequestError::KvPoolTooSmall {
+            needed: 100,
+            pool: 64,
+        });
+        assert_eq!(pool.error_type(), "context_length_exceeded");
+        let top_p = ApiError::from(RequestError::Sampling(protocol::sampling::ParamError {
+            field: "top_p".into(),
+            reason: "must be in (0, 1], got 2".into(),
+        }));
+        assert_eq!(top_p.body()["error"]["param"], "top_p");
+        assert_eq!(top_p.status(), StatusCode::BAD_REQUEST);
+        let empty = ApiError::from(RequestError::EmptyPrompt);
+        assert_eq!(empty, ApiError::invalid("", "the prompt is empty"));
+        let rejected = ApiError::from(RequestError::Rejected("nope".into()));
+        assert_eq!(rejected, ApiError::invalid("", "nope"));
+        assert_eq!(
+            ApiError::from(RequestError::Shutdown).status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let peer = ApiError::from(RequestError::PeerFailed {
+            model: 1,
+            reason: "gone".into(),
+        });
+        assert_eq!(peer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            ApiError::from(RequestError::KvExhausted).status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

@@ -28,8 +28,10 @@ pub mod routes;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
+pub mod state;
 pub mod text;
 pub mod validate;
 
 pub use error::ApiError;
-pub use server::{Gateway, GatewayOptions, GatewayServer};
+pub use server::GatewayServer;
+pub use state::{Gateway, GatewayOptions};

@@ -1,43 +1,16 @@
 //! Gateway metrics, Prometheus text. Names follow vLLM where vLLM has the
 //! metric (`vllm:` prefix, label `model_name`), so existing dashboards and
-//! KEDA triggers work unchanged; TokenRouter's own carry `tokenrouter:`
+//! KEDA triggers work unchanged; TokenRouter's own carry `tokenrouter_`
 //! (the subservers' metrics, appended by `/metrics` in `serve`, use that
-//! prefix too and never share a name with these).
+//! prefix too and never share a name with these). The names, with their
+//! types and labels, live in `protocol::metrics::gateway`.
 
 use prometheus::{
     exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-/// `vllm:num_requests_running{model_name}` (gauge).
-pub const NUM_REQUESTS_RUNNING: &str = "vllm:num_requests_running";
-/// `vllm:num_requests_waiting{model_name}` (gauge).
-pub const NUM_REQUESTS_WAITING: &str = "vllm:num_requests_waiting";
-/// `vllm:time_to_first_token_seconds{model_name}` (histogram).
-pub const TTFT: &str = "vllm:time_to_first_token_seconds";
-/// `vllm:inter_token_latency_seconds{model_name}` (histogram).
-pub const ITL: &str = "vllm:inter_token_latency_seconds";
-/// `vllm:e2e_request_latency_seconds{model_name}` (histogram).
-pub const E2E: &str = "vllm:e2e_request_latency_seconds";
-/// `vllm:request_success_total{model_name, finished_reason}` (counter).
-pub const REQUEST_SUCCESS: &str = "vllm:request_success_total";
-/// `vllm:prompt_tokens_total{model_name}` (counter).
-pub const PROMPT_TOKENS: &str = "vllm:prompt_tokens_total";
-/// `vllm:generation_tokens_total{model_name}` (counter).
-pub const GENERATION_TOKENS: &str = "vllm:generation_tokens_total";
-/// `tokenrouter:http_requests_total{route, status}` (counter).
-pub const HTTP_REQUESTS: &str = "tokenrouter:http_requests_total";
-/// `tokenrouter:request_errors_total{error_type}` (counter).
-pub const REQUEST_ERRORS: &str = "tokenrouter:request_errors_total";
-/// `tokenrouter:generation_tokens_by_model_total{model}` (counter).
-pub const TOKENS_BY_MODEL: &str = "tokenrouter:generation_tokens_by_model_total";
-/// `tokenrouter:large_model_token_share` (gauge): tokens written by
-/// non-entry (large) models over all generated tokens, since start.
-pub const LARGE_SHARE: &str = "tokenrouter:large_model_token_share";
-/// `tokenrouter:writer_switches_total` (counter).
-pub const SWITCHES: &str = "tokenrouter:writer_switches_total";
-/// `tokenrouter:gateway_groups{state}` (gauge): groups healthy/unhealthy.
-pub const GROUPS: &str = "tokenrouter:gateway_groups";
+pub use protocol::metrics::gateway::*;
 
 /// Every collector of the gateway.
 #[derive(Clone)]

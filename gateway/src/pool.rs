@@ -84,8 +84,8 @@ impl Pool {
 mod tests {
     use super::*;
     use crate::backend::Submission;
+    use protocol::sampling::SamplingParams;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use subserver::sampling::SamplingParams;
 
     struct Fixed {
         id: String,

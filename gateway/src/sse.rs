@@ -8,8 +8,8 @@ use warp::reply::Response;
 
 use crate::error::ApiError;
 
-/// One `data:` frame carrying `value`.
-pub fn data(value: &serde_json::Value) -> Bytes {
+/// One `data:` frame carrying `value` as JSON.
+pub fn data<T: serde::Serialize + ?Sized>(value: &T) -> Bytes {
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(b"data: ");
     if serde_json::to_writer(&mut out, value).is_err() {

@@ -3,8 +3,9 @@
 //! routing, or one member model alone). Everything is checked here, before
 //! the request takes a slot; the error names the field.
 
+use protocol::client::RequestError;
+use protocol::sampling::SamplingParams;
 use serde_json::{Map, Value};
-use subserver::sampling::SamplingParams;
 use subserver::tokenizer::ChatMessage;
 
 use crate::error::ApiError;
@@ -19,7 +20,7 @@ pub const MAX_N: usize = 64;
 /// Most prompts in one completions request.
 pub const MAX_PROMPTS: usize = 64;
 /// Most alternatives per position (`top_logprobs`, completions `logprobs`).
-pub const MAX_TOP_LOGPROBS: usize = subserver::sampling::MAX_TOP_LOGPROBS;
+pub const MAX_TOP_LOGPROBS: usize = protocol::sampling::MAX_TOP_LOGPROBS;
 /// Chat `max_tokens` when the client gives none.
 pub const DEFAULT_CHAT_MAX_TOKENS: usize = 512;
 /// Completions `max_tokens` when the client gives none (OpenAI's default).
@@ -115,15 +116,27 @@ impl Prepared {
     }
 }
 
-fn float(name: &str, v: Option<f64>, default: f32, lo: f64, hi: f64) -> Result<f32, ApiError> {
-    match v {
-        None => Ok(default),
-        Some(x) if x.is_finite() && (lo..=hi).contains(&x) => Ok(x as f32),
-        Some(x) => Err(ApiError::invalid(
-            name,
-            format!("{name} must be in [{lo}, {hi}], got {x}"),
-        )),
-    }
+/// A number the client sent, as the engine's `f32` (ranges are checked
+/// once, by [`SamplingParams::validate`]).
+fn float(v: Option<f64>, default: f32) -> f32 {
+    v.map_or(default, |x| x as f32)
+}
+
+/// What the shared sampling fields of both endpoints come to.
+#[derive(Debug, Clone)]
+struct Sampling {
+    /// Engine parameters, checked.
+    params: SamplingParams,
+    /// Choices per prompt.
+    n: usize,
+    /// SSE streaming.
+    stream: bool,
+    /// `stream_options.include_usage`.
+    include_usage: bool,
+    /// `stream_options.continuous_usage_stats`.
+    continuous_usage: bool,
+    /// `return_token_sources`.
+    sources: bool,
 }
 
 /// Shared sampling fields → engine parameters, `n`, streaming options.
@@ -131,15 +144,9 @@ fn sampling(
     f: &SamplingFields,
     max_tokens: Option<u64>,
     default_max: usize,
-) -> Result<(SamplingParams, usize, bool, bool, bool, bool), ApiError> {
+) -> Result<Sampling, ApiError> {
     let max_tokens = match max_tokens {
         None => default_max,
-        Some(0) => {
-            return Err(ApiError::invalid(
-                "max_tokens",
-                "max_tokens must be at least 1",
-            ))
-        }
         Some(m) if m > MAX_TOKENS_CAP => {
             return Err(ApiError::ContextLength(format!(
                 "max_tokens {m} exceeds the largest context this server supports ({MAX_TOKENS_CAP})"
@@ -171,17 +178,11 @@ fn sampling(
     if stop.len() > 16 {
         return Err(ApiError::invalid("stop", "at most 16 stop strings"));
     }
-    if let Some(i) = stop.iter().position(String::is_empty) {
-        return Err(ApiError::invalid(
-            format!("stop[{i}]"),
-            "stop strings must not be empty",
-        ));
-    }
     let params = SamplingParams {
-        temperature: float("temperature", f.temperature, 1.0, 0.0, 100.0)?,
-        top_p: float("top_p", f.top_p, 1.0, 0.0, 1.0)?,
+        temperature: float(f.temperature, 1.0),
+        top_p: float(f.top_p, 1.0),
         top_k,
-        min_p: float("min_p", f.min_p, 0.0, 0.0, 1.0)?,
+        min_p: float(f.min_p, 0.0),
         seed: f.seed.map(|s| s as u64),
         max_tokens,
         stop,
@@ -189,12 +190,9 @@ fn sampling(
         ignore_eos: f.ignore_eos.unwrap_or(false),
         ..SamplingParams::default()
     };
-    params.validate().map_err(|e| match e {
-        subserver::sampling::SamplingError::InvalidParam { field, reason } => {
-            ApiError::invalid(field.clone(), format!("{field} {reason}"))
-        }
-        other => ApiError::invalid("", other.to_string()),
-    })?;
+    params
+        .validate()
+        .map_err(|e| ApiError::from(RequestError::Sampling(e)))?;
     let stream = f.stream.unwrap_or(false);
     let opts = f.stream_options.clone().unwrap_or_default();
     if f.stream_options.is_some() && !stream {
@@ -203,14 +201,14 @@ fn sampling(
             "stream_options is only allowed with stream: true",
         ));
     }
-    Ok((
+    Ok(Sampling {
         params,
         n,
         stream,
-        opts.include_usage,
-        opts.continuous_usage_stats,
-        f.return_token_sources.unwrap_or(false),
-    ))
+        include_usage: opts.include_usage,
+        continuous_usage: opts.continuous_usage_stats,
+        sources: f.return_token_sources.unwrap_or(false),
+    })
 }
 
 fn content_text(c: &Option<MessageContent>, i: usize) -> Result<String, ApiError> {
@@ -248,7 +246,14 @@ pub fn chat(req: ChatRequest, catalog: &Catalog, text: &TextSide) -> Result<Prep
             "give max_tokens or max_completion_tokens, not both",
         ));
     }
-    let (mut params, n, stream, include_usage, continuous_usage, sources) = sampling(
+    let Sampling {
+        mut params,
+        n,
+        stream,
+        include_usage,
+        continuous_usage,
+        sources,
+    } = sampling(
         &req.sampling,
         req.max_completion_tokens.or(req.sampling.max_tokens),
         DEFAULT_CHAT_MAX_TOKENS,
@@ -357,7 +362,14 @@ pub fn completion(
     text: &TextSide,
 ) -> Result<Prepared, ApiError> {
     let target = catalog.resolve(&req.model)?;
-    let (mut params, n, stream, include_usage, continuous_usage, sources) = sampling(
+    let Sampling {
+        mut params,
+        n,
+        stream,
+        include_usage,
+        continuous_usage,
+        sources,
+    } = sampling(
         &req.sampling,
         req.sampling.max_tokens,
         DEFAULT_COMPLETION_MAX_TOKENS,
@@ -479,6 +491,12 @@ mod tests {
                 "temperature",
             ),
             (r#"{"model":"tr","prompt":[1],"top_p":1.5}"#, "top_p"),
+            (r#"{"model":"tr","prompt":[1],"top_p":0}"#, "top_p"),
+            (
+                r#"{"model":"tr","prompt":[1],"temperature":150}"#,
+                "temperature",
+            ),
+            (r#"{"model":"tr","prompt":[1],"min_p":2}"#, "min_p"),
             (r#"{"model":"tr","prompt":[1],"n":0}"#, "n"),
             (r#"{"model":"tr","prompt":[1],"n":100000}"#, "n"),
             (

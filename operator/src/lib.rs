@@ -1,4 +1,2 @@
-//! The delayed-batching tuner now; the Kubernetes controller later.
+//! The Kubernetes controller for `TokenRouterDeployment` (the operator issue).
 #![warn(missing_docs)]
-
-pub mod tuner;

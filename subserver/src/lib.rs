@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod model;
 pub mod peer;
 pub mod policy;
+pub mod routing;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;

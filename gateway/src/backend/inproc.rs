@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use subserver::sampling::SamplingParams;
-use subserver::scheduler::client::SubmitOptions;
+use protocol::client::SubmitOptions;
+use protocol::sampling::SamplingParams;
 use subserver::scheduler::group::Group;
 
 use super::{Backend, Submission};

@@ -5,8 +5,8 @@
 pub mod inproc;
 pub mod remote;
 
-use subserver::sampling::SamplingParams;
-use subserver::scheduler::client::StreamEvent;
+use protocol::client::StreamEvent;
+use protocol::sampling::SamplingParams;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// One group behind the gateway (in this process, or over HTTP).
@@ -95,7 +95,7 @@ mod tests {
             }),
         );
         tx.send(StreamEvent::Failed(
-            subserver::scheduler::client::RequestError::Cancelled,
+            protocol::client::RequestError::Cancelled,
         ))
         .unwrap();
         assert!(matches!(sub.next().await, Some(StreamEvent::Failed(_))));

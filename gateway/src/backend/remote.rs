@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use protocol::client::{RequestError, StreamEvent};
+use protocol::sampling::SamplingParams;
 use subserver::http::ingress::{GenerateBody, WireEvent, GENERATE_PATH};
-use subserver::sampling::SamplingParams;
-use subserver::scheduler::client::{RequestError, StreamEvent};
 use tokio::task::JoinHandle;
 
 use super::{Backend, Submission};
@@ -107,7 +107,7 @@ async fn exchange(
     if !status.is_success() {
         let text = resp.text().await.unwrap_or_default();
         let ev = if status.is_client_error() {
-            StreamEvent::Failed(RequestError::Invalid(text))
+            StreamEvent::Failed(RequestError::Rejected(text))
         } else {
             failed(format!("group answered {status}: {text}"))
         };

@@ -14,7 +14,7 @@ use crate::generate::Run;
 use crate::openai::request::{parse_object, typed};
 use crate::openai::Endpoint;
 use crate::routes::{authorize, count, fail};
-use crate::server::Gateway;
+use crate::state::Gateway;
 use crate::validate::{self, Prepared};
 
 /// Handles one generation request.

@@ -8,7 +8,7 @@ use warp::http::StatusCode;
 use warp::reply::Response;
 
 use crate::error::json_response;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// Readiness.
 pub fn handle(gw: Arc<Gateway>) -> Response {

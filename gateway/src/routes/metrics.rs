@@ -5,7 +5,7 @@ use std::sync::Arc;
 use warp::http::HeaderValue;
 use warp::reply::Response;
 
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// The exposition.
 pub fn handle(gw: Arc<Gateway>) -> Response {

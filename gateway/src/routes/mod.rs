@@ -17,7 +17,7 @@ use warp::reply::Response;
 use warp::{Filter, Rejection};
 
 use crate::error::ApiError;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// Every route of the gateway.
 pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {

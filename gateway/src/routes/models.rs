@@ -9,7 +9,7 @@ use warp::reply::Response;
 
 use crate::error::json_response;
 use crate::routes::{authorize, count};
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// Lists the served models.
 pub fn handle(gw: Arc<Gateway>, headers: HeaderMap) -> Response {

@@ -11,7 +11,7 @@ use warp::reply::Response;
 use crate::error::{json_response, ApiError};
 use crate::openai::request::{typed, ChatRequest};
 use crate::routes::{authorize, count, fail};
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

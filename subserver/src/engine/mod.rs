@@ -3,6 +3,7 @@
 //! dry. `tokenrouter generate`, the correctness tests and `bench-engine` drive
 //! it; the routed subserver scheduler builds on the same pieces.
 
+pub mod planner;
 pub mod sequence;
 
 use std::collections::VecDeque;
@@ -13,6 +14,7 @@ use crate::error::EngineError;
 use crate::runner::{ModelRunner, StepBatch, StepItem};
 use crate::sampling::{FinishReason, SamplingParams};
 use crate::tokenizer::TextTokenizer;
+use planner::{Admission, PlanTable, Planner};
 use sequence::Sequence;
 
 /// Limits of one step.
@@ -175,66 +177,10 @@ impl<R: ModelRunner> BatchEngine<R> {
         false
     }
 
-    /// Moves the newest running request back to the queue, freeing its KV.
-    fn preempt_last(&mut self) -> bool {
-        let Some(mut seq) = self.running.pop() else {
-            return false;
-        };
-        let _ = self.runner.kv().free(seq.id);
-        seq.computed = 0;
-        seq.preemptions += 1;
-        debug!(id = seq.id, "preempted: KV pool exhausted");
-        self.waiting.push_front(seq);
-        true
-    }
-
-    /// Plans one step: running requests first (decode or the rest of their
-    /// prefill), then admissions while the token and KV budgets allow.
-    fn plan(&mut self) -> Result<Vec<(usize, usize)>, EngineError> {
-        let mut budget = self.limits.max_batched_tokens;
-        let mut plan: Vec<(usize, usize)> = Vec::new(); // (index in running, new tokens)
-        let mut i = 0;
-        while i < self.running.len() && budget > 0 && plan.len() < self.limits.max_batch_size {
-            let seq = &self.running[i];
-            let n = seq.pending().min(budget);
-            let (id, end) = (seq.id, seq.computed + n);
-            // Reserve now, so later items see the blocks this one takes.
-            if self.runner.kv().reserve(id, end).is_ok() {
-                plan.push((i, n));
-                budget -= n;
-                i += 1;
-            } else if i + 1 < self.running.len() {
-                self.preempt_last();
-            } else {
-                break;
-            }
-        }
-        while budget > 0 && plan.len() < self.limits.max_batch_size {
-            let Some(mut seq) = self.waiting.pop_front() else {
-                break;
-            };
-            let all = seq.all_tokens();
-            let cached = self.runner.kv().admit(seq.id, &all)?;
-            seq.computed = cached;
-            seq.cached = cached;
-            let n = seq.pending().min(budget);
-            if self.runner.kv().reserve(seq.id, seq.computed + n).is_err() {
-                let _ = self.runner.kv().free(seq.id);
-                seq.computed = 0;
-                self.waiting.push_front(seq);
-                break;
-            }
-            self.running.push(seq);
-            plan.push((self.running.len() - 1, n));
-            budget -= n;
-        }
-        Ok(plan)
-    }
-
     /// Runs one forward over the planned batch and samples where a request
     /// has consumed all its pending tokens.
     pub fn step(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
-        let plan = self.plan()?;
+        let plan = Planner::new(self.limits).plan(self)?;
         if plan.is_empty() {
             if !self.waiting.is_empty() && self.running.is_empty() {
                 return Err(EngineError::InvalidRequest(
@@ -243,6 +189,11 @@ impl<R: ModelRunner> BatchEngine<R> {
             }
             return Ok(Vec::new());
         }
+        // Every planned request is running now; find each one's slot.
+        let plan: Vec<(usize, usize)> = plan
+            .iter()
+            .filter_map(|&(id, n)| Some((self.running.iter().position(|s| s.id == id)?, n)))
+            .collect();
         let items: Vec<StepItem> = plan
             .iter()
             .map(|&(i, n)| {
@@ -326,5 +277,83 @@ impl<R: ModelRunner> BatchEngine<R> {
         let mut done = self.take_finished();
         done.sort_by_key(|c| c.id);
         Ok(done)
+    }
+}
+
+/// Running requests first (decode or the rest of their prefill), then
+/// admissions from the queue in order; the newest running request is
+/// preempted (back to the queue's front) when the pool runs dry.
+impl<R: ModelRunner> PlanTable for BatchEngine<R> {
+    fn candidates(&self) -> Vec<u64> {
+        self.running
+            .iter()
+            .chain(&self.waiting)
+            .map(|s| s.id)
+            .collect()
+    }
+
+    fn admit(&mut self, id: u64) -> Result<Admission, EngineError> {
+        if self.running.iter().any(|s| s.id == id) {
+            return Ok(Admission::Held);
+        }
+        let Some(i) = self.waiting.iter().position(|s| s.id == id) else {
+            return Ok(Admission::Refused);
+        };
+        let Some(mut seq) = self.waiting.remove(i) else {
+            return Ok(Admission::Refused);
+        };
+        let all = seq.all_tokens();
+        let cached = match self.runner.kv().admit(seq.id, &all) {
+            Ok(c) => c,
+            Err(e) => {
+                self.waiting.insert(i, seq);
+                return Err(e.into());
+            }
+        };
+        seq.computed = cached;
+        seq.cached = cached;
+        self.running.push(seq);
+        Ok(Admission::New)
+    }
+
+    fn progress(&self, id: u64) -> Option<(usize, usize)> {
+        let seq = self.running.iter().find(|s| s.id == id)?;
+        Some((seq.computed, seq.pending()))
+    }
+
+    fn reserve(&mut self, id: u64, end: usize) -> bool {
+        self.runner.kv().reserve(id, end).is_ok()
+    }
+
+    fn victim(&self, keep: u64, plan: &[(u64, usize)]) -> Option<u64> {
+        let last = self.running.last()?;
+        (last.id != keep && !plan.iter().any(|&(p, _)| p == last.id)).then_some(last.id)
+    }
+
+    fn preempt(&mut self, id: u64) {
+        let Some(i) = self.running.iter().position(|s| s.id == id) else {
+            return;
+        };
+        let mut seq = self.running.remove(i);
+        let _ = self.runner.kv().free(seq.id);
+        seq.computed = 0;
+        seq.preemptions += 1;
+        debug!(id = seq.id, "preempted: KV pool exhausted");
+        self.waiting.push_front(seq);
+    }
+
+    fn no_room(&mut self, id: u64, admission: Admission, _alone: bool) -> bool {
+        if admission != Admission::New {
+            // A running request that cannot grow now: later admissions may still fit.
+            return true;
+        }
+        // Undo the admission: back to the queue's front, KV freed.
+        if let Some(i) = self.running.iter().position(|s| s.id == id) {
+            let mut seq = self.running.remove(i);
+            let _ = self.runner.kv().free(seq.id);
+            seq.computed = 0;
+            self.waiting.push_front(seq);
+        }
+        false
     }
 }

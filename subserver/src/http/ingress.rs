@@ -133,6 +133,9 @@ pub enum WireEvent {
         error_type: String,
         /// The message.
         message: String,
+        /// The typed reason, with its numbers (absent from older peers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<RequestError>,
     },
 }
 
@@ -175,10 +178,8 @@ impl From<&StreamEvent> for WireEvent {
             },
             StreamEvent::Failed(e) => Self::Failed {
                 error_type: e.error_type().to_string(),
-                message: match e {
-                    RequestError::Invalid(m) | RequestError::Engine(m) => m.clone(),
-                    other => other.to_string(),
-                },
+                message: e.message(),
+                error: Some(e.clone()),
             },
         }
     }
@@ -227,11 +228,13 @@ impl WireEvent {
                     cached_prompt_tokens: usage.cached_prompt_tokens,
                 },
             },
+            Self::Failed { error: Some(e), .. } => StreamEvent::Failed(e),
             Self::Failed {
                 error_type,
                 message,
+                error: None,
             } => StreamEvent::Failed(match error_type.as_str() {
-                "invalid_request" => RequestError::Invalid(message),
+                "invalid_request" => RequestError::Rejected(message),
                 "cancelled" => RequestError::Cancelled,
                 "shutdown" => RequestError::Shutdown,
                 _ => RequestError::Engine(message),
@@ -331,7 +334,11 @@ mod tests {
                     cached_prompt_tokens: 0,
                 },
             },
-            StreamEvent::Failed(RequestError::Invalid("too long".into())),
+            StreamEvent::Failed(RequestError::ContextExceeded {
+                prompt: 10,
+                max_tokens: 20,
+                context: 16,
+            }),
             StreamEvent::Failed(RequestError::Shutdown),
         ];
         for ev in events {
@@ -339,5 +346,15 @@ mod tests {
             let back: WireEvent = serde_json::from_str(&line).unwrap();
             assert_eq!(back.into_event(), ev, "{line}");
         }
+    }
+
+    #[test]
+    fn a_failure_without_its_typed_reason_keeps_its_class() {
+        let line = r#"{"failed":{"error_type":"invalid_request","message":"too long"}}"#;
+        let back: WireEvent = serde_json::from_str(line).unwrap();
+        assert_eq!(
+            back.into_event(),
+            StreamEvent::Failed(RequestError::Rejected("too long".into()))
+        );
     }
 }

@@ -6,8 +6,8 @@
 //! label bound once (`metrics.for_model("quick")`), so the per-step calls
 //! touch no label hash map.
 //!
-//! Names follow vLLM where it has one, with a `tokenrouter:` prefix; they
-//! are listed in [`names`]. The operator's tuner reads the text exposition
+//! Names follow vLLM where it has one, with a `tokenrouter_` prefix; they
+//! are listed in [`names`] (from `protocol::metrics`). The operator's tuner reads the text exposition
 //! ([`encode_text`]) back: routing probabilities from
 //! `route_transitions_total`, step latency as a function of batch size from
 //! `step_latency_seconds{batch_bucket}` (see [`batch_bucket()`]).

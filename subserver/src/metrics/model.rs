@@ -264,12 +264,12 @@ mod tests {
         );
         // The exact spelling the tuner greps for.
         assert!(
-            text.contains("tokenrouter:num_requests_running{model=\"quick\"} 3\n"),
+            text.contains("tokenrouter_num_requests_running{model=\"quick\"} 3\n"),
             "{text}"
         );
         assert!(
             text.contains(
-                "tokenrouter:step_latency_seconds_count{batch_bucket=\"4\",model=\"quick\"} 1\n"
+                "tokenrouter_step_latency_seconds_count{batch_bucket=\"4\",model=\"quick\"} 1\n"
             ),
             "{text}"
         );

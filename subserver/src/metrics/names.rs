@@ -1,36 +1,4 @@
 //! The metric names, for the code that reads the exposition back (tuner,
-//! dashboards, tests). Label sets are in each constant's doc.
+//! dashboards, tests). They live in `protocol`, with their types and labels.
 
-/// Gauge `{model}`: requests in the running batch.
-pub const NUM_REQUESTS_RUNNING: &str = "tokenrouter:num_requests_running";
-/// Gauge `{model}`: requests admitted but waiting to run.
-pub const NUM_REQUESTS_WAITING: &str = "tokenrouter:num_requests_waiting";
-/// Gauge `{model}`: requests handed to a peer, whose KV this model keeps.
-pub const NUM_REQUESTS_PENDING: &str = "tokenrouter:num_requests_pending";
-/// Gauge `{model}`: fraction of KV blocks in use, 0..=1.
-pub const KV_CACHE_USAGE_PERC: &str = "tokenrouter:kv_cache_usage_perc";
-/// Gauge `{model}`: the current delayed-batching threshold B.
-pub const DELAYED_BATCHING_THRESHOLD: &str = "tokenrouter:delayed_batching_threshold";
-/// Gauge `{model}`: the policy's routing threshold as `target_large_share`
-/// steers it (set by the entry model).
-pub const ROUTING_THRESHOLD: &str = "tokenrouter:routing_threshold";
-/// Gauge `{model}`: active requests in the group, as this model sees them.
-pub const ACTIVE_CONCURRENCY: &str = "tokenrouter:active_concurrency";
-/// Histogram `{model, batch_bucket}`: wall time of one step, seconds.
-pub const STEP_LATENCY_SECONDS: &str = "tokenrouter:step_latency_seconds";
-/// Counter `{from, to}`: writer of a token -> writer of the next one.
-pub const ROUTE_TRANSITIONS_TOTAL: &str = "tokenrouter:route_transitions_total";
-/// Counter `{model}`: tokens written by the model.
-pub const TOKENS_COMMITTED_TOTAL: &str = "tokenrouter:tokens_committed_total";
-/// Counter `{model}`: prompt tokens looked up in the prefix cache.
-pub const PREFIX_CACHE_QUERIES_TOTAL: &str = "tokenrouter:prefix_cache_queries_total";
-/// Counter `{model}`: prompt tokens found in the prefix cache.
-pub const PREFIX_CACHE_HITS_TOTAL: &str = "tokenrouter:prefix_cache_hits_total";
-/// Counter `{model}`: requests preempted for lack of KV memory.
-pub const NUM_PREEMPTIONS_TOTAL: &str = "tokenrouter:num_preemptions_total";
-/// Counter `{finished_reason}`: requests that ended normally.
-pub const REQUEST_SUCCESS_TOTAL: &str = "tokenrouter:request_success_total";
-/// Counter `{error_type}`: requests that failed.
-pub const REQUEST_FAILURE_TOTAL: &str = "tokenrouter:request_failure_total";
-/// Counter `{from, to, kind}`: messages sent between subservers.
-pub const PEER_MESSAGES_TOTAL: &str = "tokenrouter:peer_messages_total";
+pub use protocol::metrics::subserver::*;

@@ -224,7 +224,7 @@ impl Decoder {
                     0,
                     self.cfg.vocab_size as i64,
                 )?;
-                Some(crate::policy::signals::normalized_entropy_rows(&logits)?)
+                Some(crate::sampling::signals::normalized_entropy_rows(&logits)?)
             }
             None => None,
         };

@@ -1,8 +1,8 @@
 //! Peer protocol: the messages subservers exchange and the transports that
-//! carry them (in-process channels, TCP frames).
+//! carry them (TCP frames here; the in-process transport is a push onto a
+//! scheduler's inbox, [`crate::scheduler::inproc`]).
 
 pub mod codec;
-pub mod inproc;
 pub mod message;
 pub mod tcp;
 pub mod transport;

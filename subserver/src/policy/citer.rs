@@ -8,7 +8,7 @@ use crate::policy::handover::{
 };
 use crate::policy::router::citer_net::CiterNet;
 use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
-use crate::scheduler::policy::StepView;
+use crate::routing::StepView;
 
 /// τ when neither the kwargs nor the checkpoint give one.
 pub const DEFAULT_THRESHOLD: f64 = 0.98;

@@ -9,7 +9,7 @@ use tch::{Kind, Tensor};
 
 use crate::policy::handover::{other_model, HandoverBar, HandoverPolicy, HandoverSignal};
 use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
-use crate::scheduler::policy::StepView;
+use crate::routing::StepView;
 
 /// η when the kwargs give none.
 pub const DEFAULT_THRESHOLD: f64 = 0.15;
@@ -84,7 +84,7 @@ impl CoLlmPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::policy::{Dest, RouteItem, RoutingPolicy};
+    use crate::routing::{Dest, RouteItem, RoutingPolicy};
 
     #[test]
     fn the_last_column_is_the_deferral_logit() {

@@ -6,7 +6,7 @@
 use crate::peer::message::ModelIdx;
 use crate::policy::draw::uniform;
 use crate::policy::{kwarg_u64, Placement, PolicyError};
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs`: `weights` (one per model, non-negative, not all zero), `seed`.
 pub struct EnsemblePolicy {

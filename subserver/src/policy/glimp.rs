@@ -14,13 +14,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::peer::message::{ModelIdx, Rid};
-use crate::policy::signals::normalized_entropy_rows;
 use crate::policy::step_delimiter::StepDelimiter;
 use crate::policy::{
     kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::sampling::signals::normalized_entropy_rows;
 
 /// Per-request state.
 #[derive(Debug, Default)]
@@ -200,7 +200,7 @@ mod tests {
     use tch::Tensor;
 
     use super::*;
-    use crate::scheduler::policy::RouteItem;
+    use crate::routing::RouteItem;
 
     const A: u32 = 0;
     const NL2: u32 = 1;

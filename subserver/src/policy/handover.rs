@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use crate::policy::router::{RouterCheckpoint, RouterError};
 use crate::policy::signal_health::SignalHealth;
 use crate::policy::PolicyEnv;
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
 
 /// The other model of a two-model group; an error for any other group size.
 pub fn other_model(policy: &'static str, at: Placement) -> Result<ModelIdx, PolicyError> {

@@ -25,7 +25,7 @@ use crate::config::{PolicyKind, PolicyName};
 use crate::peer::message::ModelIdx;
 use crate::tokenizer::TextTokenizer;
 
-use crate::scheduler::policy::RoutingPolicy;
+use crate::routing::RoutingPolicy;
 pub use live_threshold::{LiveThreshold, ShareDirection, ThresholdKnob};
 
 /// Policy construction errors.

@@ -16,7 +16,7 @@ use crate::policy::{
     kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs`: `always_large_above_prompt_tokens`,
 /// `entropy_threshold`, `target` (the large model, default the last).

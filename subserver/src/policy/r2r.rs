@@ -12,7 +12,7 @@ use crate::policy::handover::{
 };
 use crate::policy::router::r2r_net::R2rNet;
 use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
-use crate::scheduler::policy::StepView;
+use crate::routing::StepView;
 
 /// `scheduler_kwargs`: `router_path` (required; the official layout's
 /// `model_path`: the published `.pt` file, a Hugging Face `ORG/REPO/FILE` in
@@ -143,7 +143,7 @@ impl HandoverSignal for R2rNet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::policy::{Dest, RoutingPolicy};
+    use crate::routing::{Dest, RoutingPolicy};
 
     #[test]
     fn the_bar_is_inclusive() {
@@ -216,7 +216,7 @@ mod tests {
         )
         .unwrap();
         assert!(p.knob().is_none());
-        let items = [crate::scheduler::policy::RouteItem {
+        let items = [crate::routing::RouteItem {
             rid: 7,
             home: 0,
             token: 5,

@@ -10,7 +10,7 @@ use crate::policy::{
     kwarg_f64, kwarg_u64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
 
 /// `scheduler_kwargs`: `probability` (default 0.5), `seed` (mixed into each
 /// request's seed), `target` (model index, default the last model).

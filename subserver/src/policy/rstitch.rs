@@ -8,12 +8,12 @@
 
 use crate::peer::message::ModelIdx;
 use crate::policy::signal_health::SignalHealth;
-use crate::policy::signals::normalized_entropy_rows;
 use crate::policy::{
     kwarg_unit, LiveThreshold, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::sampling::signals::normalized_entropy_rows;
 
 /// `scheduler_kwargs`: `threshold` (τ, default 0.03).
 pub struct RStitchPolicy {
@@ -119,7 +119,7 @@ mod tests {
     use tch::Tensor;
 
     use super::*;
-    use crate::scheduler::policy::RouteItem;
+    use crate::routing::RouteItem;
 
     fn item() -> RouteItem {
         RouteItem {

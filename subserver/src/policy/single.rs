@@ -1,7 +1,7 @@
 //! No routing: the model keeps every token (single-model serving, the
 //! Std. Serving baseline's per-model servers, query-level routing's members).
 
-use crate::scheduler::policy::{Dest, RoutingPolicy, StepView};
+use crate::routing::{Dest, RoutingPolicy, StepView};
 
 /// Always stays.
 pub struct SinglePolicy;

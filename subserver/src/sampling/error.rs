@@ -48,3 +48,12 @@ impl SamplingError {
         }
     }
 }
+
+impl From<protocol::sampling::ParamError> for SamplingError {
+    fn from(e: protocol::sampling::ParamError) -> Self {
+        Self::InvalidParam {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}

@@ -5,19 +5,7 @@
 
 use super::SamplingError;
 
-/// The chosen token's log-probability and the `top_n` most likely tokens.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TokenLogprobs {
-    /// The chosen token.
-    pub token: u32,
-    /// Its log-probability.
-    pub logprob: f32,
-    /// 1 + the number of tokens strictly more likely (vLLM's rank).
-    pub rank: usize,
-    /// The `top_n` most likely tokens with their log-probabilities, most
-    /// likely first (ties: lower id first).
-    pub top: Vec<(u32, f32)>,
-}
+pub use protocol::sampling::TokenLogprobs;
 
 /// Log-probabilities of `token` and of the `top_n` best tokens under
 /// `log_softmax(logits)`.

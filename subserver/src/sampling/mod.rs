@@ -7,16 +7,19 @@
 //! - [`logprobs`]: the chosen token's and the top-n log-probabilities.
 //! - [`StopChecker`]: EOS, stop tokens, stop strings (held back from
 //!   streaming while they may still match) and `max_tokens`.
+//! - [`signals`]: routing signals from a step's logits (normalized entropy),
+//!   read by the runner and the policies.
 
 mod error;
 mod filters;
 pub mod logprobs;
 mod params;
 mod sampler;
+pub mod signals;
 mod stop;
 
 pub use error::SamplingError;
 pub use logprobs::{logprobs, TokenLogprobs};
-pub use params::{SamplingParams, MAX_TOP_LOGPROBS};
+pub use params::{ParamError, SamplingParams, MAX_TEMPERATURE, MAX_TOP_LOGPROBS};
 pub use sampler::{Sampler, GREEDY_TEMPERATURE_EPS};
 pub use stop::{Finish, FinishReason, StopChecker};

@@ -7,29 +7,9 @@
 //! span several tokens, so text that could still turn out to be the start
 //! of one is held back from streaming until it is resolved.
 
-use serde::{Deserialize, Serialize};
-
 use super::SamplingParams;
 
-/// Why a request finished (OpenAI's `finish_reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FinishReason {
-    /// EOS, a stop token or a stop string.
-    Stop,
-    /// `max_tokens` reached.
-    Length,
-}
-
-impl FinishReason {
-    /// The OpenAI spelling: `"stop"` or `"length"`.
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Self::Stop => "stop",
-            Self::Length => "length",
-        }
-    }
-}
+pub use protocol::sampling::FinishReason;
 
 /// How a request finished.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,6 +7,7 @@ pub mod client;
 pub mod core;
 pub mod group;
 pub mod inbox;
+pub mod inproc;
 pub mod member;
 pub mod policy;
 pub mod seq;

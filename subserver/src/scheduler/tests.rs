@@ -350,16 +350,19 @@ fn invalid_requests_fail_fast_and_hold_nothing() {
         &mut g.submit(vec![], SamplingParams::greedy(5)).1,
         Duration::from_secs(2),
     );
-    assert!(matches!(out, Err(RequestError::Invalid(ref m)) if m.contains("empty")));
+    assert_eq!(out.unwrap_err(), RequestError::EmptyPrompt);
     let (_, out) = collect(
         &mut g.submit(vec![5000], SamplingParams::greedy(5)).1,
         Duration::from_secs(2),
     );
-    assert!(matches!(out, Err(RequestError::Invalid(ref m)) if m.contains("5000")));
+    assert!(matches!(
+        out,
+        Err(RequestError::TokenOutOfVocab { token: 5000, .. })
+    ));
     let mut stop = SamplingParams::greedy(5);
     stop.stop = vec!["x".into()];
     let (_, out) = collect(&mut g.submit(vec![1], stop).1, Duration::from_secs(2));
-    assert!(matches!(out, Err(RequestError::Invalid(ref m)) if m.contains("tokenizer")));
+    assert_eq!(out.unwrap_err(), RequestError::StopNeedsTokenizer);
     assert_kv_returned(&g);
 }
 
@@ -435,7 +438,10 @@ fn pinned_requests_are_written_by_one_model_and_stream_as_they_go() {
         SamplingParams::greedy(3),
         SubmitOptions { pin: Some(7) },
     );
-    assert!(matches!(events(&mut rx).1, Err(RequestError::Invalid(m)) if m.contains("pinned")));
+    assert!(matches!(
+        events(&mut rx).1,
+        Err(RequestError::PinOutOfRange { model: 7, .. })
+    ));
 }
 
 #[test]
@@ -472,7 +478,7 @@ fn logprobs_come_from_the_writer_and_match_the_token() {
     let mut params = SamplingParams::greedy(2);
     params.logprobs = Some(21);
     let (_, out) = events(&mut g.submit(vec![1], params).1);
-    assert!(matches!(out, Err(RequestError::Invalid(m)) if m.contains("logprobs")));
+    assert!(matches!(out, Err(RequestError::Sampling(e)) if e.field == "logprobs"));
 }
 
 #[test]

@@ -86,19 +86,19 @@ fn in_process_group_from_yaml_serves_metrics_and_admin() {
     let (code, text) = http(addr, "GET", "/metrics", "");
     assert_eq!(code, 200);
     for name in [
-        "tokenrouter:step_latency_seconds_bucket",
-        "tokenrouter:route_transitions_total{from=\"quick\",to=\"reference\"}",
-        "tokenrouter:tokens_committed_total{model=\"reference\"}",
-        "tokenrouter:num_requests_pending",
-        "tokenrouter:kv_cache_usage_perc",
-        "tokenrouter:delayed_batching_threshold",
-        "tokenrouter:active_concurrency",
+        "tokenrouter_step_latency_seconds_bucket",
+        "tokenrouter_route_transitions_total{from=\"quick\",to=\"reference\"}",
+        "tokenrouter_tokens_committed_total{model=\"reference\"}",
+        "tokenrouter_num_requests_pending",
+        "tokenrouter_kv_cache_usage_perc",
+        "tokenrouter_delayed_batching_threshold",
+        "tokenrouter_active_concurrency",
     ] {
         assert!(text.contains(name), "missing {name} in /metrics:\n{text}");
     }
     let committed: f64 = text
         .lines()
-        .filter(|l| l.starts_with("tokenrouter:tokens_committed_total{"))
+        .filter(|l| l.starts_with("tokenrouter_tokens_committed_total{"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert_eq!(committed, 240.0, "tokens committed by all models = 8 x 30");
@@ -182,7 +182,7 @@ fn target_large_share_from_yaml_moves_the_threshold_and_needs_a_knob() {
     prometheus::TextEncoder::new()
         .encode_utf8(&svc.registry().gather(), &mut body)
         .unwrap();
-    assert!(body.contains("tokenrouter:routing_threshold{model=\"quick\"}"));
+    assert!(body.contains("tokenrouter_routing_threshold{model=\"quick\"}"));
     drop(svc);
 
     let me = text.replace("scheduler_class: Random", "scheduler_class: ME");

@@ -196,8 +196,8 @@ fn summarize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::inputs::tests::r2r;
-    use crate::tuner::inputs::StepLatency;
+    use crate::inputs::tests::r2r;
+    use crate::inputs::StepLatency;
 
     /// N = 1: the request alternates between models as the Markov chain P, so the throughput is
     /// expected tokens per step over expected time per step under P's stationary law nu.

@@ -226,7 +226,7 @@ fn split(destinations: &[(usize, f64)], left: usize, increment: u128, p: f64, ou
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::inputs::tests::r2r;
+    use crate::inputs::tests::r2r;
 
     #[test]
     fn multinomial_outcomes_sum_to_one_and_match_binomial() {

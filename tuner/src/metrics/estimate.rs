@@ -1,25 +1,25 @@
 //! Estimation of the tuner's inputs from subserver metrics.
 //!
-//! - P: `tokenrouter:route_transitions_total{from,to}` counters, normalized per `from` row.
+//! - P: `tokenrouter_route_transitions_total{from,to}` counters, normalized per `from` row.
 //! - L(b): mean step latency per `(model, batch_bucket)` from the histogram's `_sum / _count`;
 //!   buckets become the points of a [`StepLatency::Table`].
-//! - Credit: `tokenrouter:tokens_committed_total{model}` over the steps the model's requests
+//! - Credit: `tokenrouter_tokens_committed_total{model}` over the steps the model's requests
 //!   made (the row total of its transitions); the chain only needs this mean per step.
-//! - N: the largest `tokenrouter:active_concurrency` gauge.
+//! - N: the largest `tokenrouter_active_concurrency` gauge.
 //!
 //! A series that appears at several URLs counts once (its largest value), because subservers
 //! of one in-process group may expose the same registry.
 
 use super::exposition::{parse_exposition, MetricsText, Sample};
-use crate::tuner::error::TunerError;
-use crate::tuner::inputs::{StepLatency, TunerInputs};
+use crate::error::TunerError;
+use crate::inputs::{StepLatency, TunerInputs};
 use std::collections::HashMap;
 
-const TRANSITIONS: &str = "tokenrouter:route_transitions_total";
-const LATENCY_SUM: &str = "tokenrouter:step_latency_seconds_sum";
-const LATENCY_COUNT: &str = "tokenrouter:step_latency_seconds_count";
-const CONCURRENCY: &str = "tokenrouter:active_concurrency";
-const COMMITTED: &str = "tokenrouter:tokens_committed_total";
+use protocol::metrics::subserver::{
+    ACTIVE_CONCURRENCY as CONCURRENCY, ROUTE_TRANSITIONS_TOTAL as TRANSITIONS,
+    STEP_LATENCY_SECONDS_COUNT as LATENCY_COUNT, STEP_LATENCY_SECONDS_SUM as LATENCY_SUM,
+    TOKENS_COMMITTED_TOTAL as COMMITTED,
+};
 
 /// What the estimator requires of the metrics.
 #[derive(Debug, Clone)]
@@ -355,24 +355,24 @@ mod tests {
     use super::*;
 
     fn fixture(name: &str) -> MetricsText {
-        let quick = "# TYPE tokenrouter:route_transitions_total counter\n\
-tokenrouter:route_transitions_total{from=\"quick\",to=\"quick\"} 650\n\
-tokenrouter:route_transitions_total{from=\"quick\",to=\"reference\"} 350\n\
-tokenrouter:step_latency_seconds_bucket{model=\"quick\",batch_bucket=\"1\",le=\"0.01\"} 100\n\
-tokenrouter:step_latency_seconds_sum{model=\"quick\",batch_bucket=\"1\"} 0.6\n\
-tokenrouter:step_latency_seconds_count{model=\"quick\",batch_bucket=\"1\"} 100\n\
-tokenrouter:step_latency_seconds_sum{model=\"quick\",batch_bucket=\"4\"} 0.325\n\
-tokenrouter:step_latency_seconds_count{model=\"quick\",batch_bucket=\"4\"} 50\n\
-tokenrouter:step_latency_seconds_sum{model=\"quick\",batch_bucket=\"16\"} 0.08\n\
-tokenrouter:step_latency_seconds_count{model=\"quick\",batch_bucket=\"16\"} 5\n\
-tokenrouter:tokens_committed_total{model=\"quick\"} 650\n\
-tokenrouter:active_concurrency 4\n";
+        let quick = "# TYPE tokenrouter_route_transitions_total counter\n\
+tokenrouter_route_transitions_total{from=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_transitions_total{from=\"quick\",to=\"reference\"} 350\n\
+tokenrouter_step_latency_seconds_bucket{model=\"quick\",batch_bucket=\"1\",le=\"0.01\"} 100\n\
+tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"1\"} 0.6\n\
+tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"1\"} 100\n\
+tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"4\"} 0.325\n\
+tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"4\"} 50\n\
+tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"16\"} 0.08\n\
+tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"16\"} 5\n\
+tokenrouter_tokens_committed_total{model=\"quick\"} 650\n\
+tokenrouter_active_concurrency 4\n";
         let reference =
-            "tokenrouter:route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
-tokenrouter:step_latency_seconds_sum{model=\"reference\",batch_bucket=\"2\"} 2.79\n\
-tokenrouter:step_latency_seconds_count{model=\"reference\",batch_bucket=\"2\"} 100\n\
-tokenrouter:tokens_committed_total{model=\"reference\"} 350\n\
-tokenrouter:active_concurrency 3\n";
+            "tokenrouter_route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_step_latency_seconds_sum{model=\"reference\",batch_bucket=\"2\"} 2.79\n\
+tokenrouter_step_latency_seconds_count{model=\"reference\",batch_bucket=\"2\"} 100\n\
+tokenrouter_tokens_committed_total{model=\"reference\"} 350\n\
+tokenrouter_active_concurrency 3\n";
         MetricsText {
             source: name.into(),
             text: if name == "quick" {
@@ -494,12 +494,12 @@ tokenrouter:active_concurrency 3\n";
     fn missing_credit_and_concurrency_need_overrides() {
         let text = MetricsText {
             source: "only-routing".into(),
-            text: "tokenrouter:route_transitions_total{from=\"a\",to=\"b\"} 300\n\
-tokenrouter:route_transitions_total{from=\"b\",to=\"a\"} 300\n\
-tokenrouter:step_latency_seconds_sum{model=\"a\",batch_bucket=\"1\"} 0.3\n\
-tokenrouter:step_latency_seconds_count{model=\"a\",batch_bucket=\"1\"} 50\n\
-tokenrouter:step_latency_seconds_sum{model=\"b\",batch_bucket=\"1\"} 1.0\n\
-tokenrouter:step_latency_seconds_count{model=\"b\",batch_bucket=\"1\"} 50\n"
+            text: "tokenrouter_route_transitions_total{from=\"a\",to=\"b\"} 300\n\
+tokenrouter_route_transitions_total{from=\"b\",to=\"a\"} 300\n\
+tokenrouter_step_latency_seconds_sum{model=\"a\",batch_bucket=\"1\"} 0.3\n\
+tokenrouter_step_latency_seconds_count{model=\"a\",batch_bucket=\"1\"} 50\n\
+tokenrouter_step_latency_seconds_sum{model=\"b\",batch_bucket=\"1\"} 1.0\n\
+tokenrouter_step_latency_seconds_count{model=\"b\",batch_bucket=\"1\"} 50\n"
                 .into(),
         };
         let e = estimate_from_metrics(&[text], &EstimateOptions::default()).unwrap();

@@ -157,8 +157,8 @@ fn long_run_reward(rows: &[Vec<(usize, f64)>], reward: &[f64]) -> Result<f64, Tu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::inputs::StepLatency;
-    use crate::tuner::predict::predict;
+    use crate::inputs::StepLatency;
+    use crate::predict::predict;
 
     /// A small R2R-like system: 0.6 ms and 1.5 ms steps.
     fn small(delta_ms: f64, n: usize) -> TunerInputs {

@@ -536,16 +536,16 @@ mod tests {
         let path = dir.path().join("metrics.txt");
         std::fs::write(
             &path,
-            "tokenrouter:route_transitions_total{from=\"quick\",to=\"quick\"} 650\n\
-tokenrouter:route_transitions_total{from=\"quick\",to=\"reference\"} 350\n\
-tokenrouter:route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
-tokenrouter:step_latency_seconds_sum{model=\"quick\",batch_bucket=\"1\"} 0.6\n\
-tokenrouter:step_latency_seconds_count{model=\"quick\",batch_bucket=\"1\"} 100\n\
-tokenrouter:step_latency_seconds_sum{model=\"reference\",batch_bucket=\"1\"} 2.79\n\
-tokenrouter:step_latency_seconds_count{model=\"reference\",batch_bucket=\"1\"} 100\n\
-tokenrouter:tokens_committed_total{model=\"quick\"} 650\n\
-tokenrouter:tokens_committed_total{model=\"reference\"} 350\n\
-tokenrouter:active_concurrency 4\n",
+            "tokenrouter_route_transitions_total{from=\"quick\",to=\"quick\"} 650\n\
+tokenrouter_route_transitions_total{from=\"quick\",to=\"reference\"} 350\n\
+tokenrouter_route_transitions_total{from=\"reference\",to=\"quick\"} 350\n\
+tokenrouter_step_latency_seconds_sum{model=\"quick\",batch_bucket=\"1\"} 0.6\n\
+tokenrouter_step_latency_seconds_count{model=\"quick\",batch_bucket=\"1\"} 100\n\
+tokenrouter_step_latency_seconds_sum{model=\"reference\",batch_bucket=\"1\"} 2.79\n\
+tokenrouter_step_latency_seconds_count{model=\"reference\",batch_bucket=\"1\"} 100\n\
+tokenrouter_tokens_committed_total{model=\"quick\"} 650\n\
+tokenrouter_tokens_committed_total{model=\"reference\"} 350\n\
+tokenrouter_active_concurrency 4\n",
         )
         .unwrap();
         let url = format!("file://{}", path.display());

@@ -2,7 +2,7 @@
 //! (recorded scrapes, offline tuning).
 
 use super::exposition::MetricsText;
-use crate::tuner::error::TunerError;
+use crate::error::TunerError;
 use std::time::Duration;
 
 /// Reads every source, in order. Must not be called from inside an async runtime.
@@ -53,7 +53,7 @@ mod tests {
             let mut request = [0u8; 1024];
             let read = stream.read(&mut request).unwrap();
             assert!(String::from_utf8_lossy(&request[..read]).starts_with("GET /metrics"));
-            let body = "tokenrouter:active_concurrency 4\n";
+            let body = "tokenrouter_active_concurrency 4\n";
             write!(
                 stream,
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -65,7 +65,7 @@ mod tests {
         let texts = fetch_metrics(std::slice::from_ref(&url), Duration::from_secs(5)).unwrap();
         server.join().unwrap();
         assert_eq!(texts[0].source, url);
-        assert_eq!(texts[0].text, "tokenrouter:active_concurrency 4\n");
+        assert_eq!(texts[0].text, "tokenrouter_active_concurrency 4\n");
     }
 
     #[test]

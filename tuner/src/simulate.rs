@@ -357,9 +357,9 @@ fn pick(row: &[f64], excluded: Option<usize>, u: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::inputs::tests::r2r;
-    use crate::tuner::inputs::StepLatency;
-    use crate::tuner::predict::predict;
+    use crate::inputs::tests::r2r;
+    use crate::inputs::StepLatency;
+    use crate::predict::predict;
 
     fn assert_within(sim: &SimulationReport, exact: f64, tolerance: f64) {
         let rel = (sim.throughput_tok_s - exact).abs() / exact;

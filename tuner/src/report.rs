@@ -265,8 +265,8 @@ pub fn render_text(rows: &[ReportRow], names: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::inputs::tests::r2r;
-    use crate::tuner::predict::predict;
+    use crate::inputs::tests::r2r;
+    use crate::predict::predict;
 
     #[test]
     fn json_has_the_documented_shape() {

@@ -37,6 +37,7 @@
 //! Monte-Carlo event simulation that also accepts empirical (non-geometric) gap
 //! distributions. [`best`]/[`best_with`] search B* exhaustively or by an exact-per-vector
 //! pattern search, and [`metrics`] turns subserver metrics into [`TunerInputs`].
+#![warn(missing_docs)]
 
 mod chain;
 pub mod cli;

@@ -1,7 +1,7 @@
 //! A parser for the Prometheus text exposition format (version 0.0.4), enough for counters,
 //! gauges and histograms: `name{label="value",...} value [timestamp]`, comments, escapes.
 
-use crate::tuner::error::TunerError;
+use crate::error::TunerError;
 
 /// Metrics text and where it came from (URL or file), for error messages.
 #[derive(Debug, Clone, PartialEq)]
@@ -15,7 +15,7 @@ pub struct MetricsText {
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
-    /// Metric name, e.g. `tokenrouter:route_transitions_total`.
+    /// Metric name, e.g. `tokenrouter_route_transitions_total`.
     pub name: String,
     /// Labels in the order written.
     pub labels: Vec<(String, String)>,
@@ -146,16 +146,16 @@ mod tests {
 
     #[test]
     fn parses_counters_histograms_and_comments() {
-        let text = "# HELP tokenrouter:route_transitions_total Routing moves.\n\
-# TYPE tokenrouter:route_transitions_total counter\n\
-tokenrouter:route_transitions_total{from=\"quick\",to=\"reference\"} 35 1700000000000\n\
+        let text = "# HELP tokenrouter_route_transitions_total Routing moves.\n\
+# TYPE tokenrouter_route_transitions_total counter\n\
+tokenrouter_route_transitions_total{from=\"quick\",to=\"reference\"} 35 1700000000000\n\
 \n\
-tokenrouter:step_latency_seconds_bucket{model=\"quick\",batch_bucket=\"4\",le=\"+Inf\"} 12\n\
-tokenrouter:active_concurrency 4\n\
+tokenrouter_step_latency_seconds_bucket{model=\"quick\",batch_bucket=\"4\",le=\"+Inf\"} 12\n\
+tokenrouter_active_concurrency 4\n\
 weird{path=\"a\\\\b \\\"q\\\"\\n\",} NaN\n";
         let samples = parse_exposition("fixture", text).unwrap();
         assert_eq!(samples.len(), 4);
-        assert_eq!(samples[0].name, "tokenrouter:route_transitions_total");
+        assert_eq!(samples[0].name, "tokenrouter_route_transitions_total");
         assert_eq!(samples[0].label("from"), Some("quick"));
         assert_eq!(samples[0].label("to"), Some("reference"));
         assert_eq!(samples[0].value, 35.0);

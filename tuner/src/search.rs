@@ -469,7 +469,7 @@ fn neighbours(current: &[usize], step: usize, n: usize, pairs: bool) -> Vec<Vec<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tuner::inputs::tests::r2r;
+    use crate::inputs::tests::r2r;
 
     #[test]
     fn grid_covers_every_vector_once() {
@@ -506,7 +506,7 @@ mod tests {
         assert_eq!(runner_up.thresholds, result.all[1].thresholds);
         // Infeasible vectors are never ranked.
         for p in &result.all {
-            assert!(crate::tuner::predict::predict(&inputs, &p.thresholds).is_ok());
+            assert!(crate::predict::predict(&inputs, &p.thresholds).is_ok());
         }
     }
 

@@ -1,0 +1,284 @@
+//! The per-model scheduler: one thread that owns a `ModelRunner`, its KV
+//! cache and its request table. Code is request-centric (the policy's hooks),
+//! execution is model-centric (one forward per step over every runnable
+//! request). The thread waits only on its inbox, so peers and clients never
+//! block a step and a step never waits for a peer.
+//!
+//! The thread's loop and its step decision live here; the rest is split by
+//! what happens to a request: [`intake`] (new requests, cancels),
+//! [`handover`] (the pen moving between models), [`planning`] (which
+//! requests run in the next step, through the shared
+//! [`Planner`](crate::engine::planner::Planner)), [`stepping`] (forward,
+//! sample, route, commit) and [`endings`] (finish, fail, free).
+
+mod endings;
+mod handover;
+mod intake;
+mod planning;
+mod stepping;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
+
+use crate::engine::EngineLimits;
+use crate::peer::message::{ModelIdx, PeerMsg, Rid};
+use crate::peer::transport::PeerSender;
+use crate::routing::RoutingPolicy;
+use crate::runner::ModelRunner;
+use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInputs};
+use crate::scheduler::client::RequestError;
+use crate::scheduler::inbox::{Inbound, InboxReceiver};
+use crate::scheduler::seq::Seq;
+use crate::scheduler::share_control::ShareController;
+use crate::scheduler::shared::GroupShared;
+use crate::scheduler::stats::SchedulerStats;
+use crate::tokenizer::TextTokenizer;
+
+/// Static settings of one model's scheduler.
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    /// This model's index in the group.
+    pub model: ModelIdx,
+    /// Names of the group's models, by index.
+    pub model_names: Vec<String>,
+    /// How models take steps.
+    pub mode: ExecutionMode,
+    /// Delayed-batching table for this model (B at concurrency 1, 2, ...).
+    pub thresholds: Vec<usize>,
+    /// Bound on any delayed-batching wait.
+    pub max_batch_wait: Duration,
+    /// Step budgets.
+    pub limits: EngineLimits,
+    /// Continue on the entry model when a peer fails.
+    pub fallback_on_peer_failure: bool,
+    /// A request pending at a peer fails (or falls back) after this long.
+    pub peer_timeout: Duration,
+    /// Target share of output written by non-entry models (steers the
+    /// policy's threshold from the home's commits).
+    pub target_large_share: Option<f64>,
+}
+
+/// Seed for a request at model `m` (peers draw from a derived stream, so runs repeat).
+fn derive_seed(seed: u64, m: ModelIdx) -> u64 {
+    let mut x = seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(m as u64 + 1));
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^ (x >> 33)
+}
+
+/// One model's scheduler.
+pub struct Scheduler<R: ModelRunner> {
+    cfg: SchedulerConfig,
+    runner: R,
+    policy: Box<dyn RoutingPolicy>,
+    tokenizer: Option<TextTokenizer>,
+    inbox: InboxReceiver,
+    peers: Arc<dyn PeerSender>,
+    shared: Option<Arc<GroupShared>>,
+    stats: Arc<SchedulerStats>,
+    seqs: HashMap<Rid, Seq>,
+    /// Active requests as last reported by a home (for models that are never home).
+    reported_active: usize,
+    home_active: usize,
+    shutting_down: bool,
+    share: Option<ShareController>,
+}
+impl<R: ModelRunner> Scheduler<R> {
+    /// A scheduler; run it with [`Scheduler::run`] on its own thread.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: SchedulerConfig,
+        runner: R,
+        policy: Box<dyn RoutingPolicy>,
+        tokenizer: Option<TextTokenizer>,
+        inbox: InboxReceiver,
+        peers: Arc<dyn PeerSender>,
+        shared: Option<Arc<GroupShared>>,
+        stats: Arc<SchedulerStats>,
+    ) -> Self {
+        stats.set_threshold_table(cfg.thresholds.clone());
+        let share = cfg
+            .target_large_share
+            .zip(policy.knob())
+            .map(|(target, knob)| ShareController::new(target, knob, cfg.model));
+        Self {
+            cfg,
+            runner,
+            policy,
+            tokenizer,
+            inbox,
+            peers,
+            shared,
+            stats,
+            seqs: HashMap::new(),
+            reported_active: 0,
+            home_active: 0,
+            shutting_down: false,
+            share,
+        }
+    }
+
+    fn me(&self) -> ModelIdx {
+        self.cfg.model
+    }
+
+    fn num_models(&self) -> usize {
+        self.cfg.model_names.len()
+    }
+
+    /// Active requests in the group as this model knows it.
+    fn n_active(&self) -> usize {
+        match &self.shared {
+            Some(s) => s.active(),
+            None => self.home_active.max(self.reported_active),
+        }
+    }
+
+    fn runnable(&self) -> usize {
+        self.seqs.values().filter(|s| s.runnable()).count()
+    }
+
+    fn oldest_runnable(&self) -> Option<Instant> {
+        self.seqs
+            .values()
+            .filter(|s| s.runnable())
+            .map(|s| s.runnable_since)
+            .min()
+    }
+
+    /// The thread body: wait on the inbox, step when the rules say so.
+    pub fn run(mut self) {
+        let lockstep = self.cfg.mode == ExecutionMode::Lockstep;
+        loop {
+            let timeout = self.wait_timeout(lockstep);
+            match self.inbox.recv_timeout(timeout) {
+                Ok(msg) => self.handle(msg),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.shutting_down = true,
+            }
+            while let Ok(msg) = self.inbox.try_recv() {
+                self.handle(msg);
+            }
+            if self.shutting_down {
+                self.fail_all(RequestError::Shutdown);
+                if let Some(s) = &self.shared {
+                    s.barrier.abort();
+                }
+                return;
+            }
+            self.check_peer_timeouts();
+            if lockstep {
+                let Some(shared) = self.shared.clone() else {
+                    warn!("lockstep needs an in-process group; stepping asynchronously");
+                    self.try_step();
+                    continue;
+                };
+                if !shared.barrier.wait() {
+                    self.shutting_down = true;
+                    continue;
+                }
+                if self.runnable() > 0 {
+                    self.step();
+                }
+                if !shared.barrier.wait() {
+                    self.shutting_down = true;
+                }
+            } else {
+                self.try_step();
+            }
+            self.publish_queue_stats();
+        }
+    }
+
+    fn try_step(&mut self) {
+        if self.decide() {
+            self.step();
+        }
+    }
+
+    fn wait_timeout(&self, lockstep: bool) -> Duration {
+        let runnable = self.runnable();
+        if lockstep {
+            return if runnable > 0 {
+                Duration::ZERO
+            } else {
+                Duration::from_micros(200)
+            };
+        }
+        if runnable == 0 {
+            return Duration::from_millis(50);
+        }
+        if self.decide() {
+            return Duration::ZERO;
+        }
+        let waited = self
+            .oldest_runnable()
+            .map(|t| t.elapsed())
+            .unwrap_or_default();
+        self.cfg
+            .max_batch_wait
+            .saturating_sub(waited)
+            .max(Duration::from_micros(50))
+    }
+
+    /// The delayed-batching decision (see [`should_step`]).
+    fn decide(&self) -> bool {
+        let runnable = self.runnable();
+        match self.cfg.mode {
+            ExecutionMode::Async | ExecutionMode::Serial | ExecutionMode::Lockstep => runnable > 0,
+            ExecutionMode::AsyncDelayed => {
+                let n = self.n_active().max(runnable);
+                let waited = self
+                    .oldest_runnable()
+                    .map(|t| t.elapsed())
+                    .unwrap_or_default();
+                should_step(StepInputs {
+                    runnable,
+                    n_active: n,
+                    threshold: threshold(&self.cfg.thresholds, n),
+                    waited_out: waited >= self.cfg.max_batch_wait,
+                    group_quiet: self.shared.as_ref().is_some_and(|s| s.quiet()),
+                })
+            }
+        }
+    }
+
+    fn handle(&mut self, msg: Inbound) {
+        match msg {
+            Inbound::Generate(req) => self.on_generate(req),
+            Inbound::Cancel(rid) => self.on_cancel(rid),
+            Inbound::Peer(m) => {
+                if let Some(s) = &self.shared {
+                    s.message_received();
+                }
+                self.stats.count_message(m.from(), self.me(), m.kind());
+                match m {
+                    PeerMsg::Req(req) => self.on_peer_req(req),
+                    PeerMsg::Progress {
+                        rid,
+                        from,
+                        loc,
+                        tokens,
+                        logprobs,
+                    } => self.on_progress(rid, from, loc as usize, &tokens, logprobs),
+                    PeerMsg::Release { rid, n_active, .. } => {
+                        self.reported_active = n_active as usize;
+                        self.on_release(rid)
+                    }
+                    PeerMsg::Failed { rid, from, reason } => self.on_peer_failed(rid, from, reason),
+                }
+            }
+            Inbound::SetThresholds(t) => {
+                if !t.is_empty() && t.iter().all(|&b| b >= 1) {
+                    self.stats.set_threshold_table(t.clone());
+                    self.cfg.thresholds = t;
+                }
+            }
+            Inbound::Nudge => {}
+            Inbound::Shutdown => self.shutting_down = true,
+        }
+    }
+}

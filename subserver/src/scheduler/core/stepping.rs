@@ -1,0 +1,353 @@
+//! Stepping: one forward over the planned batch, then sample, route, and
+//! commit at the home or hand over.
+
+use std::time::Instant;
+
+use tracing::warn;
+
+use crate::peer::message::{ModelIdx, Rid};
+use crate::routing::{Dest, RouteItem, StepView};
+use crate::runner::{ModelRunner, StepBatch, StepItem};
+use crate::sampling::logprobs::{logprobs, TokenLogprobs};
+use crate::scheduler::batching::ExecutionMode;
+use crate::scheduler::client::{RequestError, StreamEvent};
+
+use super::Scheduler;
+
+impl<R: ModelRunner> Scheduler<R> {
+    /// One forward over the planned batch, then sample, route, and commit or send.
+    pub(super) fn step(&mut self) {
+        let plan = self.plan();
+        if plan.is_empty() {
+            return;
+        }
+        let items: Vec<StepItem> = plan
+            .iter()
+            .filter_map(|&(rid, n)| {
+                let s = self.seqs.get(&rid)?;
+                Some(StepItem {
+                    rid,
+                    start: s.computed,
+                    tokens: s.tokens[s.computed..s.computed + n].to_vec(),
+                })
+            })
+            .collect();
+        let entropy_items = self.entropy_items(&items);
+        let batch = StepBatch {
+            items,
+            entropy_items,
+        };
+        let shared = self.shared.clone();
+        if let Some(s) = &shared {
+            s.step_started();
+        }
+        let serial_guard = match (&shared, self.cfg.mode) {
+            (Some(s), ExecutionMode::Serial) => Some(s.serial.lock()),
+            _ => None,
+        };
+        let started = Instant::now();
+        let result = self.runner.forward(&batch);
+        let elapsed = started.elapsed();
+        if let Some(g) = serial_guard {
+            parking_lot::MutexGuard::unlock_fair(g);
+        }
+        match result {
+            Ok(out) => {
+                self.stats.record_step(batch.items.len(), elapsed);
+                if let Err(e) = self.after_forward(&plan, out, &batch.entropy_items) {
+                    self.fail_batch(&plan, &e.to_string());
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "forward failed");
+                self.fail_batch(&plan, &e.to_string());
+            }
+        }
+        if let Some(s) = &shared {
+            s.step_ended();
+        }
+    }
+
+    /// Items whose step feeds prompt tokens the policy wants entropies of
+    /// (each prompt position once, in order).
+    pub(super) fn entropy_items(&self, items: &[StepItem]) -> Vec<usize> {
+        if !self.policy.wants_prompt_entropy() {
+            return Vec::new();
+        }
+        items
+            .iter()
+            .enumerate()
+            .filter(|(_, item)| {
+                self.seqs
+                    .get(&item.rid)
+                    .and_then(|s| s.home_state.as_ref())
+                    .is_some_and(|hs| {
+                        !hs.first_routed
+                            && item.start + item.tokens.len() <= hs.prompt_len
+                            && item.start >= hs.prompt_entropy.upto
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    pub(super) fn fail_batch(&mut self, plan: &[(Rid, usize)], reason: &str) {
+        for &(rid, _) in plan {
+            if self.seqs.get(&rid).is_some_and(|s| s.is_home()) {
+                self.end_failed(rid, RequestError::Engine(reason.to_string()));
+            } else if let Some(seq) = self.seqs.remove(&rid) {
+                self.free_kv(&seq, false);
+                self.reply_failed(rid, seq.home, reason.to_string());
+            }
+        }
+    }
+
+    pub(super) fn after_forward(
+        &mut self,
+        plan: &[(Rid, usize)],
+        out: crate::runner::StepOutput,
+        entropy_rows: &[usize],
+    ) -> Result<(), crate::error::EngineError> {
+        let rows = if out.tokens.is_none() {
+            Some(out.sample_rows(self.runner.info().vocab_size)?)
+        } else {
+            None
+        };
+        let mut route_items: Vec<RouteItem> = Vec::new();
+        let mut route_rows: Vec<i64> = Vec::new();
+        let mut route_logprobs: Vec<Option<TokenLogprobs>> = Vec::new();
+        for (row, &(rid, n)) in plan.iter().enumerate() {
+            let Some(seq) = self.seqs.get_mut(&rid) else {
+                continue;
+            };
+            if let (Some(sums), Some(hs)) = (&out.entropy_sums, seq.home_state.as_mut()) {
+                if entropy_rows.contains(&row) {
+                    let sum = sums.get(row).copied().unwrap_or(0.0);
+                    hs.prompt_entropy.add(sum, n, seq.computed + n);
+                }
+            }
+            seq.computed += n;
+            if seq.pending_tokens() > 0 {
+                continue; // a prefill chunk: not a next-token distribution yet
+            }
+            let token = match (&out.tokens, &rows) {
+                (Some(t), _) => t[row],
+                (None, Some(r)) => seq
+                    .sampler
+                    .sample(&r[row])
+                    .map_err(|e| crate::error::EngineError::InvalidRequest(e.to_string()))?,
+                (None, None) => {
+                    return Err(crate::error::EngineError::InvalidRequest(
+                        "the backend returned neither logits nor tokens".into(),
+                    ))
+                }
+            };
+            let lp = match (seq.logprobs, &rows) {
+                (Some(n), Some(r)) => Some(
+                    logprobs(&r[row], token, n)
+                        .map_err(|e| crate::error::EngineError::InvalidRequest(e.to_string()))?,
+                ),
+                _ => None,
+            };
+            route_logprobs.push(lp);
+            let prompt_entropy = match seq.home_state.as_mut() {
+                Some(hs) if !hs.first_routed => {
+                    hs.first_routed = true;
+                    hs.prompt_entropy.mean()
+                }
+                _ => None,
+            };
+            route_items.push(RouteItem {
+                prompt_entropy,
+                rid,
+                home: seq.home,
+                token,
+                position: seq.tokens.len(),
+                written_this_turn: seq.written_this_turn,
+                seed: seq.seed,
+            });
+            route_rows.push(row as i64);
+        }
+        if route_items.is_empty() {
+            return Ok(());
+        }
+        let pick = |t: &tch::Tensor| -> Result<tch::Tensor, crate::error::EngineError> {
+            let idx = tch::Tensor::f_from_slice(&route_rows)?.f_to_device(t.device())?;
+            Ok(t.f_index_select(0, &idx)?)
+        };
+        let logits = out.logits.as_ref().map(pick).transpose()?;
+        let hidden = out.hidden.as_ref().map(pick).transpose()?;
+        let view = StepView {
+            model: self.me(),
+            num_models: self.num_models(),
+            items: &route_items,
+            logits: logits.as_ref(),
+            hidden: hidden.as_ref(),
+            embeddings: self.runner.embeddings(),
+        };
+        let dests = self.policy.route(&view);
+        for ((i, item), lp) in route_items.iter().enumerate().zip(route_logprobs) {
+            let dest = dests.get(i).copied().unwrap_or(Dest::Stay);
+            self.apply(item, dest, lp);
+        }
+        Ok(())
+    }
+
+    /// Applies one routing decision.
+    pub(super) fn apply(&mut self, item: &RouteItem, dest: Dest, lp: Option<TokenLogprobs>) {
+        let me = self.me();
+        let rid = item.rid;
+        let Some(seq) = self.seqs.get(&rid) else {
+            return;
+        };
+        let home = seq.home;
+        let is_home = seq.is_home();
+        let eos = self.runner.info().eos_ids.contains(&item.token);
+        let avoided = |to: ModelIdx| {
+            seq.home_state
+                .as_ref()
+                .is_some_and(|hs| hs.failed_peers[to as usize])
+        };
+        // A pinned request (query-level) is written here whatever the policy says.
+        let pinned = seq.pinned
+            || seq
+                .home_state
+                .as_ref()
+                .is_some_and(|hs| hs.pinned_to.is_some());
+        let first_contact = |to: ModelIdx| {
+            seq.home_state
+                .as_ref()
+                .is_some_and(|hs| hs.peer_holds.get(to as usize) == Some(&0))
+        };
+        let mut dest = match dest {
+            _ if pinned => Dest::Stay,
+            Dest::Peer { to, .. } | Dest::Delegate { to }
+                if to as usize >= self.num_models() || to == me || avoided(to) =>
+            {
+                Dest::Stay
+            }
+            Dest::Delegate { to } if !first_contact(to) => Dest::Peer {
+                to,
+                keep_token: false,
+            },
+            d => d,
+        };
+        if !is_home {
+            // A guest writes at least one token per turn, stops at EOS or at
+            // the request's budget, and always returns to the home.
+            let written = seq.written_this_turn;
+            let out_of_budget = written + 1 >= seq.budget;
+            dest = match dest {
+                Dest::Peer { keep_token, .. } => Dest::Peer {
+                    to: home,
+                    keep_token: keep_token || written == 0,
+                },
+                Dest::Stay if eos || out_of_budget => Dest::Peer {
+                    to: home,
+                    keep_token: true,
+                },
+                Dest::Stay => Dest::Stay,
+                // Only a home delegates (first_contact is false at a guest).
+                Dest::Delegate { .. } => Dest::Peer {
+                    to: home,
+                    keep_token: written == 0,
+                },
+            };
+        }
+        match dest {
+            Dest::Delegate { to } => self.delegate(rid, to),
+            Dest::Stay => {
+                let lp = self.push_token(rid, item.token, lp);
+                if is_home {
+                    self.commit(rid, item.token, me, lp);
+                } else if pinned {
+                    self.send_progress(rid);
+                }
+            }
+            Dest::Peer { to, keep_token } => {
+                if keep_token {
+                    let lp = self.push_token(rid, item.token, lp);
+                    if is_home && self.commit(rid, item.token, me, lp) {
+                        return;
+                    }
+                }
+                if is_home {
+                    self.send_to_peer(rid, to);
+                } else {
+                    self.return_to_home(rid);
+                }
+            }
+        }
+    }
+
+    /// Appends a token this model wrote. A guest keeps its logprobs for the
+    /// trip home; at the home they go straight to `commit` (returned).
+    pub(super) fn push_token(
+        &mut self,
+        rid: Rid,
+        token: u32,
+        lp: Option<TokenLogprobs>,
+    ) -> Option<TokenLogprobs> {
+        let seq = self.seqs.get_mut(&rid)?;
+        seq.tokens.push(token);
+        seq.written_this_turn += 1;
+        match (seq.is_home(), lp) {
+            (false, Some(lp)) => {
+                seq.turn_logprobs.push(lp);
+                None
+            }
+            (_, lp) => lp,
+        }
+    }
+
+    /// Commits one output token at the home: accounting, streaming, stop
+    /// conditions. True when the request finished (and was removed).
+    pub(super) fn commit(
+        &mut self,
+        rid: Rid,
+        token: u32,
+        writer: ModelIdx,
+        logprobs: Option<TokenLogprobs>,
+    ) -> bool {
+        let Some(seq) = self.seqs.get_mut(&rid) else {
+            return true;
+        };
+        seq.budget = seq.budget.saturating_sub(1);
+        let Some(hs) = seq.home_state.as_mut() else {
+            return false;
+        };
+        hs.tokens_by_model[writer as usize] += 1;
+        if let Some(c) = self.share.as_mut() {
+            if let Some(t) = c.observe(writer) {
+                self.stats.set_routing_threshold(t);
+            }
+        }
+        if let Some(prev) = hs.last_writer {
+            if prev != writer {
+                hs.switches += 1;
+            }
+        }
+        let from = hs.last_writer.unwrap_or(writer);
+        hs.last_writer = Some(writer);
+        let delta = match hs.detok.as_mut() {
+            Some(d) => d.push(token).unwrap_or_default(),
+            None => String::new(),
+        };
+        let finish = hs.stop.push(token, &delta);
+        let text = hs.stop.take_safe();
+        let _ = hs.sink.send(StreamEvent::Token {
+            token,
+            writer,
+            text,
+            logprobs,
+        });
+        self.stats.record_commit(from, writer);
+        match finish {
+            Some(f) => {
+                self.end_finished(rid, f.reason);
+                true
+            }
+            None => false,
+        }
+    }
+}
