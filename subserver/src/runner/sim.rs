@@ -52,6 +52,7 @@ pub struct SimRunner {
     latency: Box<dyn StepLatency>,
     rng: ChaCha8Rng,
     logits: bool,
+    emits_eos: bool,
 }
 
 impl SimRunner {
@@ -81,6 +82,7 @@ impl SimRunner {
             latency,
             rng: ChaCha8Rng::seed_from_u64(seed),
             logits: false,
+            emits_eos: false,
         })
     }
 
@@ -94,6 +96,13 @@ impl SimRunner {
         self
     }
 
+    /// Lets the EOS ids be drawn like any other token (by default they never
+    /// are, so requests run to `max_tokens`): for tests of what happens at EOS.
+    pub fn with_eos_emitted(mut self, on: bool) -> Self {
+        self.emits_eos = on;
+        self
+    }
+
     fn random_logits(&mut self, rows: usize) -> Result<Tensor, EngineError> {
         let v = self.info.vocab_size;
         let mut flat = Vec::with_capacity(rows * v);
@@ -101,7 +110,7 @@ impl SimRunner {
             let scale = self.rng.random_range(-2.0f32..2.5).exp();
             for t in 0..v {
                 let z: f32 = self.rng.sample(StandardNormal);
-                let masked = self.info.eos_ids.contains(&(t as u32));
+                let masked = !self.emits_eos && self.info.eos_ids.contains(&(t as u32));
                 flat.push(if masked { f32::NEG_INFINITY } else { z * scale });
             }
         }
@@ -111,7 +120,7 @@ impl SimRunner {
     fn draw(&mut self) -> u32 {
         loop {
             let t = self.rng.random_range(0..self.info.vocab_size as u32);
-            if !self.info.eos_ids.contains(&t) {
+            if self.emits_eos || !self.info.eos_ids.contains(&t) {
                 return t;
             }
         }
