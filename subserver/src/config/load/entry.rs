@@ -125,7 +125,7 @@ mod tests {
     #[test]
     fn examples_say_what_their_names_say() {
         let kw = |c: &EngineConfig, k: &str| c.policy().kwargs.get(k).cloned();
-        let policy = |c: &EngineConfig| c.policy().name.clone();
+        let policy = |c: &EngineConfig| c.policy().name;
         let cases = [
             ("r2r.yaml", "R2R"),
             ("citer.yaml", "CITER"),

@@ -470,7 +470,7 @@ impl Machine<'_> {
     }
 
     fn set_items(&mut self, dict: usize, items: Vec<usize>) -> Result<(), String> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err("SETITEMS with an odd number of items".into());
         }
         match &mut self.nodes[dict] {
