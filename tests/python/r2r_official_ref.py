@@ -123,6 +123,8 @@ def main():
     ap.add_argument("--expansion", type=int, default=4)
     ap.add_argument("--normalize", action="store_true")
     ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--median-threshold", action="store_true",
+                    help="with --batch: save the median of the batch's probabilities as the threshold")
     ap.add_argument("--batch", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--embeddings", help="safetensors file whose `embeddings` [V,H] is the small model's matrix")
@@ -148,7 +150,6 @@ def main():
               "common_args": {"threshold": float(a.threshold), "input_type": ["hidden_states", "token", "logits"]},
               "model_specific_args": {}, "state_dict": model.state_dict()}
     del config["state_dict"]["token_embeddings.weight"]
-    torch.save(config, os.path.join(a.out_dir, "router.pt"))
     if a.batch > 0:
         vocab = emb.shape[0]
         hidden = torch.randn(a.batch, a.hidden, generator=g)
@@ -158,9 +159,12 @@ def main():
             top_logits, _ = torch.topk(logits, k=a.topk, dim=-1)
             out = model(hidden_states=hidden, token=tokens, logits=top_logits)
             probs = torch.sigmoid(out).squeeze(-1)
-        to_large = (probs >= a.threshold).to(torch.int64)
+        if a.median_threshold:
+            config["common_args"]["threshold"] = float(probs.median())
+        to_large = (probs >= config["common_args"]["threshold"]).to(torch.int64)
         save_file({"hidden": hidden, "embeddings": emb.contiguous(), "tokens": tokens, "logits": logits,
                    "probs": probs, "to_large": to_large}, os.path.join(a.out_dir, "reference.safetensors"))
+    torch.save(config, os.path.join(a.out_dir, "router.pt"))
 
 
 if __name__ == "__main__":
