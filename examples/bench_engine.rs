@@ -1,20 +1,30 @@
-//! `make bench-engine`: batched greedy decode tokens/s of our runner against
-//! transformers on the same checkpoint, same threads, in one run. Prints a
-//! table and writes it (with the command) to `--out`.
+//! `make bench-engine`: batched greedy decode throughput, in one run, of
+//! 1. the bare forward (our `TchRunner` stepped in a loop, argmax on the host),
+//! 2. the engine (a one-model group: scheduler thread, batching, KV
+//!    admission, sampling, stop checks, token streaming), and
+//! 3. transformers on the same checkpoint with the same threads.
 //!
 //! Usage: bench_engine --model DIR --python PY [--batches 1,4,16,64]
 //!        [--prompt-tokens 32] [--gen-tokens 32] [--threads 2] [--out FILE]
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use loadgen::page::Page;
 use rand::{Rng, SeedableRng};
-use subserver::runner::memory::KvBudget;
+use subserver::bench::profile::{decode_run, StepProfile};
+use subserver::config::KvBudget;
+use subserver::engine::EngineLimits;
+use subserver::policy::{build, Placement};
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use subserver::runner::{ModelRunner, StepBatch, StepItem};
+use subserver::runner::ModelRunner;
+use subserver::sampling::SamplingParams;
+use subserver::scheduler::batching::ExecutionMode;
+use subserver::scheduler::client::StreamEvent;
+use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
 
 #[derive(Parser)]
 struct Args {
@@ -32,46 +42,80 @@ struct Args {
     threads: i32,
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Save the bare forward's step profile (JSON) for `bench-ablation`.
+    #[arg(long)]
+    profile_out: Option<PathBuf>,
 }
 
-fn argmax(v: &[f32]) -> u32 {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
-}
-
-/// Decode tokens/s of our runner for `batch` requests (after one prefill step).
-fn ours(args: &Args, batch: usize) -> Result<f64> {
+/// Decode tokens/s of the engine: `batch` requests submitted at once; the
+/// clock runs from the moment every request has its first token (prefill
+/// done) to the last token, like the bare-forward and transformers figures.
+fn engine(args: &Args, batch: usize) -> Result<f64> {
     let mut opts = TchRunnerOptions::new(&args.model);
-    opts.kv_budget = KvBudget::Tokens(batch * (args.prompt_tokens + args.gen_tokens + 16));
+    opts.kv_budget = KvBudget::Tokens(batch * (args.prompt_tokens + args.gen_tokens + 32));
     opts.enable_prefix_cache = false;
-    let mut runner = TchRunner::load(&opts)?;
+    let runner = TchRunner::load(&opts)?;
     let vocab = runner.info().vocab_size as u32;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let mut step = StepBatch::default();
-    for rid in 0..batch as u64 {
+    let at = Placement {
+        model: 0,
+        num_models: 1,
+        entry: 0,
+    };
+    let member = MemberSpec {
+        name: "model".into(),
+        runner: Box::new(runner),
+        policy: build("Single", &serde_json::Value::Null, at)
+            .map_err(|e| anyhow::anyhow!("policy: {e}"))?,
+        tokenizer: None,
+        thresholds: vec![1],
+    };
+    let settings = GroupSettings {
+        mode: ExecutionMode::Async,
+        limits: EngineLimits {
+            max_batched_tokens: batch * args.prompt_tokens + 64,
+            max_batch_size: batch.max(1),
+        },
+        ..GroupSettings::default()
+    };
+    let group = Group::start(vec![member], settings);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(batch as u64);
+    let mut streams = Vec::new();
+    for _ in 0..batch {
         let prompt: Vec<u32> = (0..args.prompt_tokens)
             .map(|_| rng.random_range(100..vocab - 1))
             .collect();
-        runner.kv().admit(rid, &prompt)?;
-        step.items.push(StepItem {
-            rid,
-            start: 0,
-            tokens: prompt,
-        });
+        let params = SamplingParams {
+            ignore_eos: true,
+            ..SamplingParams::greedy(args.gen_tokens + 1)
+        };
+        streams.push(group.submit(prompt, params).1);
     }
-    let advance = |step: &mut StepBatch, rows: Vec<Vec<f32>>| {
-        for (item, row) in step.items.iter_mut().zip(rows) {
-            item.start += item.tokens.len();
-            item.tokens = vec![argmax(&row)];
+    // Each stream's token arrival times.
+    let mut times: Vec<Vec<Instant>> = vec![Vec::new(); batch];
+    let deadline = Instant::now() + Duration::from_secs(600);
+    for (i, rx) in streams.iter_mut().enumerate() {
+        while let Some(ev) = rx.blocking_recv() {
+            match ev {
+                StreamEvent::Token { .. } => times[i].push(Instant::now()),
+                StreamEvent::Finished { .. } => break,
+                StreamEvent::Failed(e) => bail!("engine request failed: {e}"),
+            }
+            if Instant::now() > deadline {
+                bail!("engine run exceeded 10 minutes");
+            }
         }
-    };
-    let rows = runner.forward(&step)?.logits_rows()?;
-    advance(&mut step, rows);
-    let t0 = Instant::now();
-    for _ in 0..args.gen_tokens {
-        let rows = runner.forward(&step)?.logits_rows()?;
-        advance(&mut step, rows);
     }
-    Ok((batch * args.gen_tokens) as f64 / t0.elapsed().as_secs_f64())
+    drop(group);
+    let first_all = times.iter().filter_map(|t| t.first()).max().copied();
+    let last = times.iter().filter_map(|t| t.last()).max().copied();
+    let (Some(a), Some(b)) = (first_all, last) else {
+        bail!("engine produced no tokens");
+    };
+    let after: usize = times
+        .iter()
+        .map(|t| t.iter().filter(|x| **x > a).count())
+        .sum();
+    Ok(after as f64 / (b - a).as_secs_f64().max(1e-9))
 }
 
 fn theirs(args: &Args, batch: usize) -> Result<f64> {
@@ -102,26 +146,84 @@ fn theirs(args: &Args, batch: usize) -> Result<f64> {
 fn main() -> Result<()> {
     let args = Args::parse();
     tch::set_num_threads(args.threads);
-    let mut table = String::from(
-        "| batch | tokenrouter tok/s | transformers tok/s | ratio |\n|---:|---:|---:|---:|\n",
-    );
+    let mut page = Page::begin("Engine: batched decode throughput", "make bench-engine");
+    page.para(&format!(
+        "Greedy decode of {} tokens after a {}-token random prompt per request, SmolLM2-135M in f32 \
+         on the CPU, {} threads for every side, all in one run. Decode only (prefill excluded). \
+         *Bare forward*: our runner stepped in a loop with host argmax. *Engine*: the same runner \
+         inside a one-model group (scheduler thread, KV admission, batching, sampling, stop checks, \
+         token streaming to the client), timed from the moment every request has its first token \
+         to the last token. *transformers*: `tests/python/hf_bench.py`, the same loop with the HF KV cache.",
+        args.gen_tokens, args.prompt_tokens, args.threads
+    ));
+    let mut rows = Vec::new();
+    let mut profile = StepProfile {
+        decode_ms: Vec::new(),
+        prefill_tokens: args.prompt_tokens,
+        prefill_ms: f64::NAN,
+    };
     for &b in &args.batches {
-        let o = ours(&args, b)?;
-        let t = theirs(&args, b)?;
-        let row = format!("| {b} | {o:.1} | {t:.1} | {:.2} |\n", o / t);
-        eprint!("{row}");
-        table.push_str(&row);
+        let (prefill_ms, step_ms) =
+            decode_run(&args.model, b, args.prompt_tokens, args.gen_tokens)?;
+        profile.decode_ms.push((b, step_ms));
+        if b == 1 {
+            profile.prefill_ms = prefill_ms;
+        }
+        let bare = b as f64 * 1e3 / step_ms;
+        let eng = engine(&args, b)?;
+        let hf = theirs(&args, b)?;
+        let row = vec![
+            b.to_string(),
+            format!("{bare:.1}"),
+            format!("{eng:.1}"),
+            format!("{hf:.1}"),
+            format!("{:.2}", eng / bare),
+            format!("{:.2}", eng / hf),
+        ];
+        eprintln!("{}", row.join(" | "));
+        rows.push(row);
     }
-    println!("{table}");
+    page.table(
+        &[
+            "batch",
+            "bare forward tok/s",
+            "engine tok/s",
+            "transformers tok/s",
+            "engine / bare",
+            "engine / transformers",
+        ],
+        &rows,
+    );
+    if let Some(path) = &args.profile_out {
+        if profile.prefill_ms.is_nan() {
+            profile.prefill_ms = decode_run(&args.model, 1, args.prompt_tokens, 1)?.0;
+        }
+        let rel = profile.relative();
+        page.para(&format!(
+            "Step profile of the bare forward (saved for `make bench-ablation`): decode steps {}; \
+             prefill of one {}-token prompt {:.1} ms. As fractions of a one-sequence decode step: \
+             base {:.3}, per sequence {:.4}, per new token {:.4}.",
+            profile
+                .decode_ms
+                .iter()
+                .map(|(b, ms)| format!("B={b}: {ms:.1} ms"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            profile.prefill_tokens,
+            profile.prefill_ms,
+            rel.base,
+            rel.per_seq,
+            rel.per_token
+        ));
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_vec_pretty(&profile)?)?;
+    }
+    print!("{}", page.render());
     if let Some(path) = &args.out {
-        let cmd = std::env::args().collect::<Vec<_>>().join(" ");
-        let doc = format!(
-            "# Engine: batched decode throughput\n\nMeasured by `make bench-engine`, which ran:\n\n```\n{cmd}\n```\n\n\
-             Greedy decode of {} tokens after a {}-token prompt per request, f32 on the CPU, \
-             {} threads for both, in one run. Decode steps only (prefill excluded).\n\n{table}",
-            args.gen_tokens, args.prompt_tokens, args.threads
-        );
-        std::fs::write(path, doc).with_context(|| format!("write {}", path.display()))?;
+        page.write(path)
+            .with_context(|| format!("write {}", path.display()))?;
     }
     Ok(())
 }

@@ -16,7 +16,6 @@
 //! numbers; there are no pass/fail thresholds here.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,6 +25,8 @@ use futures_util::StreamExt;
 use gateway::backend::inproc::InProcBackend;
 use gateway::backend::{Backend, Submission};
 use gateway::{Gateway, GatewayOptions, GatewayServer};
+use loadgen::page::Page;
+use loadgen::stats::percentile;
 use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::StreamEvent;
@@ -96,13 +97,8 @@ impl Backend for Stamping {
     }
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
-    v[i.min(v.len() - 1)]
+fn pct(v: &[f64], p: f64) -> f64 {
+    percentile(v, p).unwrap_or(f64::NAN)
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -316,12 +312,15 @@ async fn main() -> anyhow::Result<()> {
                 .ok()
                 .and_then(|m| m.get(&k).cloned())
                 .unwrap_or_default();
+            // Every token of a chunk arrives with the chunk: each is timed
+            // from its own emission (not only the chunk's last token, which
+            // would drop the earlier ones and bias the percentiles low).
             let mut seen = 0usize;
             for (at, n) in s.chunks {
-                seen += n;
-                if let Some(e) = emitted.get(seen - 1) {
+                for e in emitted.iter().skip(seen).take(n) {
                     per_token_ms.push(at.saturating_duration_since(*e).as_secs_f64() * 1e3);
                 }
+                seen += n;
             }
         }
         key += c as u32;
@@ -329,10 +328,10 @@ async fn main() -> anyhow::Result<()> {
     drop(server);
     let (d_mean, g_mean) = (mean(&direct), mean(&via));
     let overhead = (g_mean - d_mean) / d_mean * 100.0;
-    let (d_p50, g_p50) = (percentile(&mut direct, 50.0), percentile(&mut via, 50.0));
-    let tok_p50 = percentile(&mut per_token_ms, 50.0);
-    let tok_p99 = percentile(&mut per_token_ms, 99.0);
-    let tok_max = percentile(&mut per_token_ms, 100.0);
+    let (d_p50, g_p50) = (pct(&direct, 50.0), pct(&via, 50.0));
+    let tok_p50 = pct(&per_token_ms, 50.0);
+    let tok_p99 = pct(&per_token_ms, 99.0);
+    let tok_max = pct(&per_token_ms, 100.0);
 
     // Many clients: a gateway sized for all of them, then the config's limits.
     let mut many = Vec::new();
@@ -388,71 +387,76 @@ async fn main() -> anyhow::Result<()> {
         drop(server);
     }
 
-    let mut md = String::new();
-    writeln!(md, "# Gateway overhead (sim backend)\n")?;
-    writeln!(
-        md,
-        "Command: `make bench-gateway` (`bench_gateway --config config/sim-gateway-bench.yaml \
-         --concurrency {c} --max-tokens {} --rounds {} --clients {}`), one run, one process, \
-         {} CPU cores. The group is the simulated pair of `config/sim-gateway-bench.yaml` \
-         (quick 2 ms/step, reference 4 ms/step, Bernoulli hand-over 0.35); clients and \
-         gateway share the machine with it.\n",
-        args.max_tokens,
-        args.rounds,
-        args.clients,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
-    )?;
-    writeln!(md, "## End-to-end time at concurrency {c}\n")?;
-    writeln!(
-        md,
+    let mut page = Page::begin("Gateway overhead (sim backend)", "make bench-gateway");
+    page.para(&format!(
+        "`bench_gateway --config config/sim-gateway-bench.yaml --concurrency {c} --max-tokens {} \
+         --rounds {} --clients {}`: one run, one process. The group is the simulated pair of \
+         `config/sim-gateway-bench.yaml` (quick 2 ms/step, reference 4 ms/step, Bernoulli \
+         hand-over 0.35); clients and gateway share the machine with it.",
+        args.max_tokens, args.rounds, args.clients
+    ));
+    page.section(&format!("End-to-end time at concurrency {c}"));
+    page.para(&format!(
         "{} requests per side of {} tokens each (greedy, `ignore_eos`), alternating rounds. \
          Direct = `Group::submit` in process; gateway = streaming `POST /v1/completions` \
-         over loopback HTTP with reqwest.\n",
+         over loopback HTTP with reqwest.",
         direct.len(),
         args.max_tokens
-    )?;
-    writeln!(md, "| path | mean e2e (s) | p50 e2e (s) |")?;
-    writeln!(md, "|---|---|---|")?;
-    writeln!(md, "| direct | {d_mean:.4} | {d_p50:.4} |")?;
-    writeln!(md, "| gateway | {g_mean:.4} | {g_p50:.4} |")?;
-    writeln!(
-        md,
-        "\nAdded by the gateway: **{overhead:+.2}%** of the mean end-to-end time.\n"
-    )?;
-    writeln!(md, "## Added latency per streamed token\n")?;
-    writeln!(
-        md,
+    ));
+    page.table(
+        &["path", "mean e2e (s)", "p50 e2e (s)"],
+        &[
+            vec![
+                "direct".to_string(),
+                format!("{d_mean:.4}"),
+                format!("{d_p50:.4}"),
+            ],
+            vec![
+                "gateway".to_string(),
+                format!("{g_mean:.4}"),
+                format!("{g_p50:.4}"),
+            ],
+        ],
+    );
+    page.para(&format!(
+        "Added by the gateway: **{overhead:+.2}%** of the mean end-to-end time."
+    ));
+    page.section("Added latency per streamed token");
+    page.para(&format!(
         "A separate phase ({} rounds at concurrency {c}): a wrapper backend stamps each \
-         token as its event leaves the scheduler's channel; the client subtracts the stamp \
-         when the SSE chunk carrying it arrives (HTTP, SSE framing, JSON both ways). \
-         {} tokens: p50 **{tok_p50:.3} ms**, p99 **{tok_p99:.3} ms**, max {tok_max:.3} ms.\n",
+         token as its event leaves the scheduler's channel; when the SSE chunk carrying it \
+         arrives, the client subtracts that token's own stamp (every token of a multi-token \
+         chunk is counted, each from its own emission). Covers HTTP, SSE framing and JSON both \
+         ways. {} tokens: p50 **{tok_p50:.3} ms**, p99 **{tok_p99:.3} ms**, max {tok_max:.3} ms.",
         args.rounds,
         per_token_ms.len()
-    )?;
-    writeln!(md, "## {} concurrent streaming clients\n", args.clients)?;
-    writeln!(md, "32 tokens each, all started at once.\n")?;
-    writeln!(
-        md,
-        "| gateway | completed | 429 | other errors | wall (s) |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|")?;
-    for (label, ok, too_many, n_other, what, wall) in &many {
-        let what = if what.is_empty() {
-            String::new()
-        } else {
-            format!(" ({what})")
-        };
-        writeln!(
-            md,
-            "| {label} | {ok} | {too_many} | {n_other}{what} | {wall:.2} |"
-        )?;
-    }
-    print!("{md}");
+    ));
+    page.section(&format!("{} concurrent streaming clients", args.clients));
+    page.para("32 tokens each, all started at once.");
+    let rows: Vec<Vec<String>> = many
+        .iter()
+        .map(|(label, ok, too_many, n_other, what, wall)| {
+            let what = if what.is_empty() {
+                String::new()
+            } else {
+                format!(" ({what})")
+            };
+            vec![
+                label.clone(),
+                ok.to_string(),
+                too_many.to_string(),
+                format!("{n_other}{what}"),
+                format!("{wall:.2}"),
+            ]
+        })
+        .collect();
+    page.table(
+        &["gateway", "completed", "429", "other errors", "wall (s)"],
+        &rows,
+    );
+    print!("{}", page.render());
     if let Some(out) = &args.out {
-        if let Some(dir) = out.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(out, &md)?;
+        page.write(out)?;
         eprintln!("wrote {}", out.display());
     }
     Ok(())

@@ -37,6 +37,14 @@ enum Command {
     StdServing(cli::std_serving::StdServingArgs),
     /// Pick delayed-batching thresholds with the Markov-chain model.
     Tune(tuner::cli::TuneArgs),
+    /// Closed-loop load generator against any OpenAI-compatible URL.
+    Bench(loadgen::cli::bench::BenchArgs),
+    /// Math accuracy of any OpenAI-compatible URL (boxed or final-number answers).
+    Eval(loadgen::cli::eval::EvalArgs),
+    /// Write a results page from `bench` folders and `eval` results.
+    Report(loadgen::cli::report::ReportArgs),
+    /// Run the Kubernetes operator (the same as `tokenrouter-operator`).
+    Operator(operator::cli::OperatorArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,11 +69,15 @@ fn main() -> std::process::ExitCode {
         Command::Subserver(args) => cli::subserver::run(args),
         Command::StdServing(args) => cli::std_serving::run(args),
         Command::Tune(args) => tuner::cli::run(args).map_err(anyhow::Error::from),
+        Command::Bench(args) => loadgen::cli::bench::run_cli(args),
+        Command::Eval(args) => loadgen::cli::eval::run_cli(args),
+        Command::Report(args) => loadgen::cli::report::run_cli(args),
+        Command::Operator(args) => operator::cli::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", cli::report(&e));
             std::process::ExitCode::FAILURE
         }
     }

@@ -1,6 +1,8 @@
 //! `derive-early-exit` from a sharded random Qwen3: the first K layers, byte
 //! for byte, and a model transformers runs like the source cut to K layers.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 #[allow(dead_code)] // each test crate uses a different part of the helpers
 mod assets_support;
 

@@ -2,6 +2,8 @@
 //! gguf-py, transformers and the `tokenizers` crate; and every supported
 //! quantization type against gguf-py on random blocks.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 #[allow(dead_code)] // each test crate uses a different part of the helpers
 mod assets_support;
 

@@ -1,6 +1,8 @@
 //! `gen-random`: deterministic bytes per seed, the real Qwen3 tokenizer, and
 //! a checkpoint transformers loads as Qwen3ForCausalLM with well-spread logits.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 #[allow(dead_code)] // each test crate uses a different part of the helpers
 mod assets_support;
 

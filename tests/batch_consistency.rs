@@ -1,6 +1,8 @@
 //! Greedy decoding is the same batched or alone: requests of different
 //! lengths, arriving at different steps, chunked prefill, on real checkpoints.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use subserver::engine::{BatchEngine, EngineLimits};

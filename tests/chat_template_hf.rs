@@ -7,6 +7,8 @@
 //! from `$TOKENROUTER_TEMPLATE_DIRS` (colon-separated), else the real Qwen3
 //! tokenizer and the SmolLM2 directory imported from its GGUF.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::io::Write;

@@ -108,7 +108,7 @@ protocol)
   curl -s --max-time 1 -o /dev/null "$BASE/v1/completions" "${JSON[@]}" \
     -d '{"model":"tokenrouter","prompt":"x","max_tokens":50000}'
   gone=0
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 1200); do
     curl -s -o "$TMP/body" "$BASE/metrics"
     if grep -q '^tokenrouter_active_concurrency{model="quick"} 0' "$TMP/body" \
        && grep -q '^tokenrouter_kv_cache_usage_perc{model="reference"} 0$' "$TMP/body" \
@@ -123,14 +123,14 @@ overload)
   curl -s -N "$BASE/v1/completions" "${JSON[@]}" \
     -d '{"model":"tokenrouter","prompt":"x","max_tokens":100000,"stream":true}' > "$TMP/long" &
   LONG=$!
-  for _ in $(seq 1 100); do [ -s "$TMP/long" ] && break; sleep 0.05; done
+  for _ in $(seq 1 1200); do [ -s "$TMP/long" ] && break; sleep 0.05; done
   req over_capacity 429 POST /v1/completions "${JSON[@]}" -d '{"model":"tokenrouter","prompt":"x","max_tokens":2}'
   grep -qi '^retry-after: [0-9]' "$TMP/headers" && pass retry_after || fail retry_after "$(cat "$TMP/headers")"
   has over_capacity_code '"code":"over_capacity"'
   # The client leaves: its request is cancelled and the slot frees up.
   kill "$LONG"; wait "$LONG" 2>/dev/null
   ok=0
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 1200); do
     code=$(curl -s -o "$TMP/body" -w '%{http_code}' "$BASE/v1/completions" "${JSON[@]}" \
       -d '{"model":"tokenrouter","prompt":"x","max_tokens":2}')
     [ "$code" = 200 ] && { ok=1; break; }

@@ -1,5 +1,7 @@
 //! `tokenrouter generate` end to end on the real SmolLM2-135M-Instruct.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::process::Command;

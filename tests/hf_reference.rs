@@ -2,6 +2,8 @@
 //! a 64-token prompt plus 32 greedy steps, f32 on the CPU. The reference is
 //! computed in this run by `tests/python/hf_logits.py`; nothing is committed.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::path::Path;

@@ -4,6 +4,8 @@
 //! layout, byte for byte, served from a Hugging Face cache of small
 //! random-weight Qwen3 models under the official ids.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::io::{BufRead, BufReader};

@@ -4,6 +4,8 @@
 //! pairs (real Qwen3 tokenizer) routed through a real in-process group and
 //! through a YAML config.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -323,11 +325,8 @@ fn check_policy(
         let got = routed(&group([small, LARGE], policy, kwargs(t)), n);
         check_accounting(&got);
         for ((toks, writers, _), want) in got.iter().zip(alone(model, n)) {
-            assert_eq!(
-                toks,
-                &want[..toks.len().min(want.len())],
-                "{policy} at {t}: differs from {model} alone"
-            );
+            // Token for token and the same length.
+            assert_eq!(toks, &want, "{policy} at {t}: differs from {model} alone");
             assert!(
                 writers.iter().all(|&w| w == writer),
                 "{policy} at {t}: {writers:?}"
@@ -405,14 +404,15 @@ fn co_llm_defers_on_the_extra_head_column() {
 #[test]
 fn each_policy_is_selectable_from_a_yaml_config() {
     let f = fixture();
-    for (class, small, kwargs) in [
+    for (class, small, kwargs, built) in [
         (
             "r2r",
             SMALL,
             "{router_path: routers/r2r-conv, threshold: 0.5}",
+            "R2R",
         ),
-        ("CITER", SMALL, "{router_path: routers/citer-conv}"),
-        ("co-llm", SMALL_COLLM, "{threshold: 0.15}"),
+        ("CITER", SMALL, "{router_path: routers/citer-conv}", "CITER"),
+        ("co-llm", SMALL_COLLM, "{threshold: 0.15}", "CoLLM"),
     ] {
         let yaml = format!(
             "model:\n  quick: {{path: models/{small}}}\n  reference: {{path: models/{LARGE}}}\n\
@@ -422,6 +422,11 @@ fn each_policy_is_selectable_from_a_yaml_config() {
         let file = f.root.join(format!("{small}-{class}.yaml"));
         std::fs::write(&file, yaml).unwrap();
         let cfg = EngineConfig::from_file(&file).unwrap();
+        // The config selects this policy, on every member of the group.
+        let members = subserver::service::build::members(&cfg).unwrap();
+        let names: Vec<&str> = members.iter().map(|m| m.policy.name()).collect();
+        assert_eq!(names, [built, built], "{class}");
+        drop(members);
         let svc = Service::start(&cfg, None).unwrap();
         let (_, mut rx) = svc
             .group()

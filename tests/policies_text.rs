@@ -2,6 +2,8 @@
 //! (12-layer early exit as `quick`, the full 30 layers as `reference`),
 //! built from YAML exactly as `serve` builds them.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 mod common;
 
 use std::path::Path;

@@ -121,6 +121,30 @@ impl State {
     }
 }
 
+/// The client of the subservers: it carries the control endpoints' bearer
+/// token (`TOKENROUTER_ADMIN_TOKEN[_FILE]`) when one is configured.
+fn subserver_client() -> reqwest::Client {
+    let token = match subserver::http::ControlAccess::from_env() {
+        Ok(access) => access.token,
+        Err(e) => {
+            tracing::error!(error = %e, "no admin token: remote groups will refuse requests");
+            None
+        }
+    };
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(value) = token.and_then(|t| {
+        let mut v = reqwest::header::HeaderValue::from_str(&t.header_value()).ok()?;
+        v.set_sensitive(true);
+        Some(v)
+    }) {
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap_or_default()
+}
+
 /// Loads `fixed` plus the file's groups into `gw`'s pool, then watches the
 /// file and re-resolves `dns://` entries (needs a tokio runtime).
 pub async fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) -> Discovery {
@@ -131,7 +155,7 @@ pub async fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) 
             .map(|u| u.trim_end_matches('/').to_string())
             .collect(),
         file,
-        client: reqwest::Client::new(),
+        client: subserver_client(),
         backends: HashMap::new(),
         last_text: None,
         last_urls: None,

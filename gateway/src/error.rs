@@ -38,6 +38,9 @@ pub enum ApiError {
     /// Wrong HTTP method for the route.
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// The client did not send its body in time.
+    #[error("the request body did not arrive within {0} s")]
+    RequestTimeout(u64),
     /// The body is larger than `gateway.max_body_bytes`.
     #[error("request body larger than {0} bytes")]
     PayloadTooLarge(usize),
@@ -76,6 +79,7 @@ impl ApiError {
             Self::NotFound(_) => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::RequestTimeout(_) => "request_timeout",
             Self::Overloaded { .. } => "over_capacity",
             Self::Unavailable(_) => "unavailable",
             Self::Engine(_) => "engine_error",
@@ -93,6 +97,7 @@ impl ApiError {
             Self::ModelNotFound(_) | Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             Self::Overloaded { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Engine(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -121,11 +126,17 @@ impl ApiError {
         }
     }
 
-    /// `{"error": {"message", "type", "param", "code"}}`.
+    /// `{"error": {"message", "type", "param", "code"}}`. An engine
+    /// failure's text is cut to its first line: a library's internal trace
+    /// (C++ frames, local paths) never reaches a client.
     pub fn body(&self) -> serde_json::Value {
+        let message = match self {
+            Self::Engine(m) => client_safe(m),
+            other => other.to_string(),
+        };
         json!({
             "error": {
-                "message": self.to_string(),
+                "message": message,
                 "type": self.openai_type(),
                 "param": self.param(),
                 "code": self.error_type(),
@@ -146,6 +157,32 @@ impl ApiError {
                 .insert("www-authenticate", HeaderValue::from_static("Bearer"));
         }
         resp
+    }
+}
+
+/// Longest engine message shown to a client.
+const MAX_ENGINE_MESSAGE: usize = 300;
+
+/// The first line of an internal error, without libtorch's trace marker and
+/// at most [`MAX_ENGINE_MESSAGE`] bytes; the full text goes to the log.
+fn client_safe(message: &str) -> String {
+    let first = message.lines().next().unwrap_or("").trim();
+    let first = first
+        .split(" (Exception raised from")
+        .next()
+        .unwrap_or(first)
+        .trim();
+    if first.len() != message.trim().len() {
+        tracing::warn!(%message, "engine error shortened for the client");
+    }
+    let mut end = first.len().min(MAX_ENGINE_MESSAGE);
+    while !first.is_char_boundary(end) {
+        end -= 1;
+    }
+    if first.is_empty() {
+        "internal engine error".into()
+    } else {
+        first[..end].to_string()
     }
 }
 
@@ -205,6 +242,34 @@ mod tests {
         );
         assert_eq!(ApiError::PayloadTooLarge(10).status().as_u16(), 413);
         assert_eq!(ApiError::Unavailable("x".into()).status().as_u16(), 503);
+        assert_eq!(ApiError::RequestTimeout(3).status().as_u16(), 408);
+    }
+
+    #[test]
+    fn engine_traces_never_reach_the_client() {
+        let trace = "forward: index out of range in self\nException raised from \
+                     operator() at /root/pytorch/aten/src/ATen/native/TensorAdvancedIndexing.cpp:1234\n\
+                     frame #0: c10::Error::Error(...) + 0x99 (0x7f in /opt/libtorch/lib/libc10.so)";
+        let b = ApiError::Engine(trace.into()).body();
+        let m = b["error"]["message"].as_str().unwrap();
+        assert_eq!(m, "forward: index out of range in self");
+        let one_line =
+            "mat1 and mat2 shapes cannot be multiplied (Exception raised from meta at /x/y.cpp:1)";
+        let b = ApiError::Engine(one_line.into()).body();
+        assert_eq!(
+            b["error"]["message"],
+            "mat1 and mat2 shapes cannot be multiplied"
+        );
+        let long = "x".repeat(5000);
+        let b = ApiError::Engine(long).body();
+        assert_eq!(
+            b["error"]["message"].as_str().unwrap().len(),
+            MAX_ENGINE_MESSAGE
+        );
+        assert_eq!(
+            ApiError::Engine("\n".into()).body()["error"]["message"],
+            "internal engine error"
+        );
     }
 
     #[test]

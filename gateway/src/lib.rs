@@ -20,6 +20,7 @@ pub mod auth;
 pub mod backend;
 pub mod discovery;
 pub mod error;
+pub mod fuzz_entry;
 pub mod generate;
 pub mod metrics;
 pub mod openai;

@@ -48,9 +48,24 @@ impl GatewayServer {
         let routes = crate::routes::routes(gateway.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let incoming = tokio_stream_listener(listener);
-        let server = warp::serve(routes).serve_incoming_with_graceful_shutdown(incoming, async {
-            let _ = stop_rx.await;
+        // hyper directly (warp's `serve` has no header timeout): the
+        // header timer runs from the first byte a request is awaited on.
+        let service = warp::service(routes);
+        let make = hyper::service::make_service_fn(move |_| {
+            let service = service.clone();
+            async move { Ok::<_, std::convert::Infallible>(service) }
         });
+        let server = hyper::Server::builder(hyper::server::accept::from_stream(incoming))
+            .http1_header_read_timeout(gateway.options.header_timeout)
+            .serve(make)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            });
+        let server = async move {
+            if let Err(e) = server.await {
+                tracing::warn!(error = %e, "gateway server stopped with an error");
+            }
+        };
         let task = tokio::spawn(server);
         let g = gateway.clone();
         let gauges = tokio::spawn(async move {

@@ -27,7 +27,18 @@ pub struct GatewayOptions {
     pub retry_after_s: u64,
     /// How long a drain waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// How long a client may take to send a request's headers (also how
+    /// long an idle kept-alive connection stays open); a slow-loris client
+    /// is disconnected after it.
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body (408 after it).
+    pub body_timeout: Duration,
 }
+
+/// Default of [`GatewayOptions::header_timeout`].
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`GatewayOptions::body_timeout`].
+pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl GatewayOptions {
     /// From the config's `gateway:` block.
@@ -38,6 +49,8 @@ impl GatewayOptions {
             max_queue: g.max_queue,
             retry_after_s: g.retry_after_s,
             drain_timeout: Duration::from_millis(g.drain_timeout_ms),
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            body_timeout: DEFAULT_BODY_TIMEOUT,
         }
     }
 }

@@ -2,6 +2,8 @@
 //! cancels its request in every subserver and frees its KV; a drain waits
 //! for in-flight requests.
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,9 +27,20 @@ max_batch_wait_ms: 5
 gateway: {port: 0, served_model_name: tr, max_inflight: 8, max_queue: 8, drain_timeout_ms: 5000}
 ";
 
+/// Deadline of every wait: only a hang reaches it, even on a loaded machine.
+const HANG: Duration = Duration::from_secs(60);
+
 async fn start() -> (gateway::GatewayServer, Service) {
+    start_with(|_| {}).await
+}
+
+/// [`start`] with the gateway's options edited first.
+async fn start_with(
+    edit: impl FnOnce(&mut gateway::GatewayOptions),
+) -> (gateway::GatewayServer, Service) {
     let cfg = EngineConfig::from_yaml_str(SIM, Path::new(".")).unwrap();
-    let (gw, service) = gateway::app::inproc(&cfg).unwrap();
+    let (mut gw, service) = gateway::app::inproc(&cfg).unwrap();
+    edit(&mut Arc::get_mut(&mut gw).expect("not shared yet").options);
     let server = gateway::GatewayServer::bind(gw, "127.0.0.1:0")
         .await
         .unwrap();
@@ -75,10 +88,7 @@ async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
     let t0 = Instant::now();
     while service.group().active() != 0 || (0..2).any(|m| service.group().stats(m).kv_requests != 0)
     {
-        assert!(
-            t0.elapsed() < Duration::from_secs(2),
-            "the request was not cancelled"
-        );
+        assert!(t0.elapsed() < HANG, "the request was not cancelled");
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
     println!(
@@ -105,6 +115,29 @@ async fn drain_waits_for_in_flight_requests_and_refuses_new_ones() {
     while !gw.shutdown.draining() {
         tokio::task::yield_now().await;
     }
+    // While the stream is still in flight, new requests are refused: the
+    // connection is refused or closed unanswered, or answered 503; never
+    // served. Once the listener is closed a connect fails outright.
+    let t0 = Instant::now();
+    let mut refusals = 0;
+    loop {
+        assert!(
+            t0.elapsed() < HANG,
+            "the listener stayed open during the drain"
+        );
+        match try_request(addr).await {
+            None => break,
+            Some(answer) => {
+                assert!(
+                    answer.is_empty() || answer.starts_with("HTTP/1.1 503"),
+                    "a request was served during the drain: {answer}"
+                );
+                refusals += 1;
+            }
+        }
+    }
+    println!("{refusals} refused request(s) before the listener closed");
+    assert!(gw.in_flight() <= 1, "nothing new was admitted");
     // The in-flight stream runs to its end.
     let mut rest = Vec::new();
     s.read_to_end(&mut rest).await.unwrap();
@@ -117,4 +150,68 @@ async fn drain_waits_for_in_flight_requests_and_refuses_new_ones() {
         "no longer accepting"
     );
     assert_eq!(service.group().active(), 0);
+}
+
+/// Sends a small completion request on a new connection: `None` when the
+/// connect is refused, else what came back before the server closed (may
+/// be empty).
+async fn try_request(addr: std::net::SocketAddr) -> Option<String> {
+    let mut c = TcpStream::connect(addr).await.ok()?;
+    let body = r#"{"model":"tr","prompt":[1,2,3],"max_tokens":2}"#;
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = c.write_all(req.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(HANG, c.read_to_end(&mut answer)).await;
+    Some(String::from_utf8_lossy(&answer).into_owned())
+}
+
+/// Reads until the server closes the connection; what it sent.
+async fn read_until_closed(c: &mut TcpStream) -> String {
+    let mut answer = Vec::new();
+    tokio::time::timeout(HANG, c.read_to_end(&mut answer))
+        .await
+        .expect("the server kept a stalled connection open")
+        .ok();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_loris_clients_are_disconnected() {
+    let (server, _service) = start_with(|o| {
+        o.header_timeout = Duration::from_millis(300);
+        o.body_timeout = Duration::from_millis(300);
+    })
+    .await;
+    let addr = server.local_addr();
+
+    // Half a header line, then nothing: closed, unanswered or with a 408.
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"POST /v1/completions HTT").await.unwrap();
+    let answer = read_until_closed(&mut half).await;
+    assert!(answer.is_empty() || answer.contains(" 408 "), "{answer}");
+
+    // Connected and silent: closed too.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let answer = read_until_closed(&mut silent).await;
+    assert!(answer.is_empty() || answer.contains(" 408 "), "{answer}");
+
+    // Headers sent, body stalled: a 408 in the OpenAI error shape.
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\"",
+        )
+        .await
+        .unwrap();
+    let answer = read_until_closed(&mut stalled).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("\"code\":\"request_timeout\""), "{answer}");
+
+    // The server still serves a prompt client.
+    let answer = try_request(addr).await.expect("the listener is open");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(server.gateway().in_flight(), 0);
 }

@@ -1,2 +1,25 @@
-//! The Kubernetes controller for `TokenRouterDeployment` (the operator issue).
+//! `tokenrouter-operator`: reconciles `TokenRouterDeployment` resources into
+//! serving StatefulSets, headless Services, the engine ConfigMap and a
+//! gateway, autoscales the group count by concurrency, and (next issue)
+//! retunes delayed batching. No libtorch: the engine is reached over HTTP.
 #![warn(missing_docs)]
+
+pub mod apply;
+pub mod apply_fault;
+pub mod autoscale;
+pub mod build;
+pub mod cleanup;
+pub mod cli;
+pub mod context;
+pub mod controller;
+pub mod error;
+pub mod groups;
+pub mod metrics;
+pub mod names;
+pub mod probe;
+pub mod status;
+pub mod tune;
+
+pub use context::{Context, Settings};
+pub use controller::{error_policy, reconcile, run};
+pub use error::{Error, Result};

@@ -12,6 +12,7 @@
 //! - [`client`]: the events a client gets for a request and the typed
 //!   [`RequestError`](client::RequestError).
 //! - [`peer`]: the messages between subservers and their TCP codec.
+//! - [`wire`]: the NDJSON events a group's ingress streams to a gateway.
 //! - [`execution_mode`]: how a group's models overlap their steps.
 //! - [`metrics`]: every metric name, with its type and labels.
 
@@ -22,6 +23,7 @@ pub mod metrics;
 pub mod peer;
 pub mod sampling;
 mod string_enum;
+pub mod wire;
 
 pub use execution_mode::ExecutionMode;
 pub use string_enum::ParseEnumError;

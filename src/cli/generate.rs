@@ -68,7 +68,37 @@ pub struct GenerateArgs {
 
 /// Runs `generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
+    // Everything that needs no model is checked before anything loads.
+    anyhow::ensure!(
+        args.model.is_dir(),
+        "--model {}: {}",
+        args.model.display(),
+        if args.model.exists() {
+            "not a directory (give the Hugging Face model directory)"
+        } else {
+            "no such directory"
+        }
+    );
+    let device = args.device.parse::<DeviceSpec>()?;
+    let dtype = args.dtype.parse::<DType>()?;
+    anyhow::ensure!(
+        args.kv_cache_fraction > 0.0 && args.kv_cache_fraction <= 1.0,
+        "--kv-cache-fraction {} must be in (0, 1]",
+        args.kv_cache_fraction
+    );
+    let params = SamplingParams {
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        seed: args.seed,
+        max_tokens: args.max_tokens,
+        stop: args.stop.clone(),
+        ..SamplingParams::default()
+    };
+    params.validate()?;
     if let Some(t) = args.threads {
+        anyhow::ensure!(t > 0, "--threads {t} must be at least 1");
         subserver::device::set_cpu_threads(t);
     }
     let tokenizer = TextTokenizer::from_dir(&args.model)?;
@@ -88,19 +118,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         args.prompt.clone()
     };
     let prompt = tokenizer.encode(&prompt_text, !args.chat)?;
-    let params = SamplingParams {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        min_p: args.min_p,
-        seed: args.seed,
-        max_tokens: args.max_tokens,
-        stop: args.stop.clone(),
-        ..SamplingParams::default()
-    };
     let mut opts = TchRunnerOptions::new(&args.model);
-    opts.device = args.device.parse::<DeviceSpec>()?.into();
-    opts.dtype = args.dtype.parse::<DType>()?;
+    opts.device = device.into();
+    opts.dtype = dtype;
     opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
     let runner = TchRunner::load(&opts).context("loading the model")?;
     let mut engine =

@@ -39,6 +39,7 @@ fn load_torch_cuda() -> Result<(), EngineError> {
         .get_or_init(|| {
             // SAFETY: loading libtorch_cuda only runs its static initialisers,
             // which register the CUDA backend with the already-loaded libtorch.
+            #[allow(unsafe_code)] // FFI: dlopen of libtorch_cuda.
             let lib = unsafe {
                 libloading::os::unix::Library::open(
                     Some("libtorch_cuda.so"),
@@ -66,6 +67,7 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
     ensure_device(Device::Cuda(index))?;
     let names = ["libcudart.so.13", "libcudart.so.12", "libcudart.so"];
     // SAFETY: loading the CUDA runtime has no side effects beyond its initialisers.
+    #[allow(unsafe_code)] // FFI: dlopen of the CUDA runtime.
     let lib = names
         .iter()
         .find_map(|n| unsafe { libloading::Library::new(n) }.ok())
@@ -76,6 +78,7 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
         })?;
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: both symbols have these C signatures in every CUDA runtime.
+    #[allow(unsafe_code)] // FFI: cudaSetDevice / cudaMemGetInfo.
     let rc = unsafe {
         let set: libloading::Symbol<SetDevice> = lib
             .get(b"cudaSetDevice\0")

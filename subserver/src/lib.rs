@@ -8,6 +8,7 @@ pub mod config;
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod fuzz_entry;
 pub mod http;
 pub mod kv;
 pub mod metrics;

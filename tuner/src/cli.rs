@@ -122,7 +122,10 @@ pub fn report(args: &TuneArgs) -> Result<String, TunerError> {
         estimate.as_ref().and_then(|e| e.concurrency),
     ) {
         (Some(spec), _) => parse_concurrency(spec)?,
-        (None, Some(n)) => vec![n],
+        (None, Some(n)) => {
+            check_concurrency(n)?;
+            vec![n]
+        }
         (None, None) => return Err(invalid("--concurrency", "required (e.g. 4 or 1..16)")),
     };
     let concurrencies = if args.yaml {
@@ -311,7 +314,13 @@ fn parse_gaps(text: &str) -> Result<Vec<GapDistribution>, TunerError> {
         .collect())
 }
 
-/// `4`, `1..16` / `1..=16` (inclusive) or `1,2,4`; ascending, duplicates removed.
+/// Largest concurrency the tuner takes: the chain's state space grows with
+/// it, and a range is expanded into one row per value, so the bound is
+/// checked before anything is allocated.
+pub const MAX_CONCURRENCY: usize = 1024;
+
+/// `4`, `1..16` / `1..=16` (inclusive) or `1,2,4`; ascending, duplicates
+/// removed; every value in `1..=MAX_CONCURRENCY`.
 pub fn parse_concurrency(spec: &str) -> Result<Vec<usize>, TunerError> {
     let bad = || {
         invalid(
@@ -326,9 +335,18 @@ pub fn parse_concurrency(spec: &str) -> Result<Vec<usize>, TunerError> {
         if a > b {
             return Err(bad());
         }
+        check_concurrency(b)?;
         (a..=b).collect()
     } else {
-        spec.split(',').map(number).collect::<Result<_, _>>()?
+        let parts: Vec<&str> = spec.split(',').collect();
+        if parts.len() > MAX_CONCURRENCY {
+            return Err(too_many(parts.len()));
+        }
+        let values: Vec<usize> = parts.into_iter().map(number).collect::<Result<_, _>>()?;
+        for &v in &values {
+            check_concurrency(v)?;
+        }
+        values
     };
     values.sort_unstable();
     values.dedup();
@@ -336,6 +354,21 @@ pub fn parse_concurrency(spec: &str) -> Result<Vec<usize>, TunerError> {
         return Err(invalid("--concurrency", "every concurrency must be >= 1"));
     }
     Ok(values)
+}
+
+/// A concurrency above [`MAX_CONCURRENCY`] is refused with the bound.
+pub fn check_concurrency(n: usize) -> Result<(), TunerError> {
+    if n > MAX_CONCURRENCY {
+        return Err(too_many(n));
+    }
+    Ok(())
+}
+
+fn too_many(n: usize) -> TunerError {
+    invalid(
+        "--concurrency",
+        &format!("{n} is above the largest concurrency the tuner models ({MAX_CONCURRENCY})"),
+    )
 }
 
 #[cfg(test)]
@@ -372,6 +405,17 @@ mod tests {
         assert_eq!(parse_concurrency("1..4").unwrap(), vec![1, 2, 3, 4]);
         assert_eq!(parse_concurrency("2..=3").unwrap(), vec![2, 3]);
         assert_eq!(parse_concurrency("8,1,4,4").unwrap(), vec![1, 4, 8]);
+        // Huge ranges are refused before anything is allocated.
+        for huge in [
+            "1..18446744073709551615",
+            "1..=1000000000",
+            "1025",
+            "1,2,99999999999",
+        ] {
+            let e = parse_concurrency(huge).unwrap_err().to_string();
+            assert!(e.contains("1024"), "{huge}: {e}");
+        }
+        assert_eq!(parse_concurrency("1..1024").unwrap().len(), 1024);
         for bad in ["0", "4..1", "x", "1..", ""] {
             assert!(parse_concurrency(bad).is_err(), "{bad}");
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use protocol::client::{RequestError, StreamEvent};
 use protocol::sampling::SamplingParams;
-use subserver::http::ingress::{GenerateBody, WireEvent, GENERATE_PATH};
+use protocol::wire::{GenerateBody, WireEvent, GENERATE_PATH};
 use tokio::task::JoinHandle;
 
 use super::{Backend, Submission};

@@ -22,13 +22,18 @@ use crate::state::Gateway;
 /// Every route of the gateway.
 pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
     let limit = gw.options.max_body_bytes as u64;
+    let body_timeout = gw.options.body_timeout;
     let with_gw = {
         let gw = gw.clone();
         warp::any().map(move || gw.clone())
     };
     let body = warp::header::optional::<u64>("content-length")
         .and(warp::body::stream())
-        .and_then(move |len, stream| read_limited(len, stream, limit));
+        .and_then(move |len, stream| async move {
+            tokio::time::timeout(body_timeout, read_limited(len, stream, limit))
+                .await
+                .unwrap_or_else(|_| Err(warp::reject::custom(BodyTimeout)))
+        });
     // Path before method: a known path with the wrong method is a 405,
     // an unknown path a 404.
     let post = |path: &'static str| {
@@ -129,6 +134,11 @@ pub fn fail(gw: &Gateway, route: &str, e: ApiError) -> Response {
 struct BodyTooLarge;
 impl warp::reject::Reject for BodyTooLarge {}
 
+/// The body did not arrive within `gateway.body_timeout`.
+#[derive(Debug)]
+struct BodyTimeout;
+impl warp::reject::Reject for BodyTimeout {}
+
 /// The body could not be read (the client went away mid-body).
 #[derive(Debug)]
 struct BodyUnreadable;
@@ -167,6 +177,8 @@ async fn recover(gw: Arc<Gateway>, r: Rejection) -> Result<Response, Infallible>
         ApiError::NotFound("no such route".into())
     } else if r.find::<BodyTooLarge>().is_some() {
         ApiError::PayloadTooLarge(gw.options.max_body_bytes)
+    } else if r.find::<BodyTimeout>().is_some() {
+        ApiError::RequestTimeout(gw.options.body_timeout.as_secs())
     } else if r.find::<BodyUnreadable>().is_some() {
         ApiError::BadJson("the body could not be read".into())
     } else if r.find::<warp::reject::InvalidHeader>().is_some() {

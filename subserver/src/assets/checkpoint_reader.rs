@@ -47,7 +47,14 @@ impl Checkpoint {
         for (s, path) in files.into_iter().enumerate() {
             let file = File::open(&path).map_err(|e| AssetError::io(&path, e))?;
             // SAFETY: read-only private mapping; the checkpoint is not modified while open.
+            #[allow(unsafe_code)] // mmap of a checkpoint shard.
             let mmap = unsafe { Mmap::map(&file) }.map_err(|e| AssetError::io(&path, e))?;
+            crate::model::weights::check_complete(&mmap).map_err(|reason| {
+                AssetError::Safetensors {
+                    path: path.clone(),
+                    reason,
+                }
+            })?;
             let (header_len, meta) =
                 safetensors::SafeTensors::read_metadata(&mmap).map_err(|e| {
                     AssetError::Safetensors {

@@ -40,6 +40,20 @@ pub fn derive_early_exit(
     layers: usize,
     max_shard_bytes: u64,
 ) -> Result<DeriveSummary, AssetError> {
+    let staged = super::staged::StagedDir::create(out)?;
+    let mut summary = derive_into(src, staged.path(), layers, max_shard_bytes)?;
+    summary.files = staged.commit(summary.files)?;
+    tracing::info!(src = %src.display(), out = %out.display(), layers, tensors = summary.tensors, "derived early-exit model");
+    Ok(summary)
+}
+
+/// [`derive_early_exit`] into the (empty) staging directory.
+fn derive_into(
+    src: &Path,
+    out: &Path,
+    layers: usize,
+    max_shard_bytes: u64,
+) -> Result<DeriveSummary, AssetError> {
     let config_path = src.join("config.json");
     let mut raw = read_json(&config_path)?;
     let cfg: ModelConfig =
@@ -115,7 +129,6 @@ pub fn derive_early_exit(
     write_json(&config_out, &raw)?;
     files.push(config_out);
     files.extend(copy_present(src, out, TOKENIZER_FILES)?);
-    tracing::info!(src = %src.display(), out = %out.display(), layers, tensors = names.len(), "derived early-exit model");
     Ok(DeriveSummary {
         config: derived,
         tensors: names.len(),

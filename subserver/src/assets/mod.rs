@@ -15,6 +15,7 @@ pub mod hf_files;
 mod progress;
 pub mod random;
 pub mod safetensors_writer;
+pub mod staged;
 pub mod tensor_spec;
 
 pub use checkpoint_reader::{Checkpoint, TensorRef};

@@ -85,6 +85,8 @@ impl CheckpointWriter {
         Self::create(dir, plan, max_shard_bytes)
     }
 
+    /// A writer of `plan`'s tensors into `dir`, in shards of at most
+    /// `max_shard_bytes`.
     pub fn create(
         dir: &Path,
         plan: Vec<TensorEntry>,

@@ -2,5 +2,6 @@
 //! (`tokenrouter sim-bench`) and the Std. Serving forwarder it compares against.
 
 pub mod forwarder;
+pub mod profile;
 pub mod random_model;
 pub mod sim_bench;

@@ -154,10 +154,21 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
     )
 }
 
-fn prompt(o: &SimBenchOptions, client: usize) -> Vec<u32> {
+/// The prompt of request `k` of closed-loop client `client`: distinct per
+/// request, so no request rides on another's prefix-cache entry.
+fn prompt(o: &SimBenchOptions, client: usize, k: u64) -> Vec<u32> {
     (0..o.prompt_tokens.max(1))
-        .map(|i| ((i * 31 + client * 7919) % 30_000 + 1) as u32)
+        .map(|i| ((i * 31 + client * 7919 + k as usize * 104_729) % 30_000 + 1) as u32)
         .collect()
+}
+
+/// The seed of request `k` of client `client`: every request its own, so
+/// the routing draws (seeded per request) differ from request to request
+/// instead of replaying one fixed sequence per client.
+pub fn request_seed(run_seed: u64, client: usize, k: u64) -> u64 {
+    run_seed
+        .wrapping_mul(1_000_003)
+        .wrapping_add(((client as u64) << 40) | (k & ((1 << 40) - 1)))
 }
 
 /// Runs one measurement.
@@ -210,12 +221,14 @@ fn run_routed(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..o.concurrency)
         .map(|c| {
-            let (group, stop, p) = (group.clone(), stop.clone(), prompt(o, c));
-            let mut params = SamplingParams::greedy(LONG_ANSWER);
-            params.seed = Some(o.seed.wrapping_mul(1_000_003).wrapping_add(c as u64));
+            let (group, stop, o) = (group.clone(), stop.clone(), o.clone());
             std::thread::spawn(move || {
+                let mut k = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let (_rid, mut rx) = group.submit(p.clone(), params.clone());
+                    let mut params = SamplingParams::greedy(LONG_ANSWER);
+                    params.seed = Some(request_seed(o.seed, c, k));
+                    let (_rid, mut rx) = group.submit(prompt(&o, c, k), params);
+                    k += 1;
                     while let Some(ev) = rx.blocking_recv() {
                         if matches!(ev, StreamEvent::Finished { .. } | StreamEvent::Failed(_)) {
                             break;
@@ -324,8 +337,9 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
                 stop.clone(),
                 counts.clone(),
             );
-            let p = prompt(o, c);
-            let seed = o.seed.wrapping_mul(1_000_003).wrapping_add(c as u64);
+            let p = prompt(o, c, 0);
+            // One endless request per client: its seed is per client.
+            let seed = request_seed(o.seed, c, 0);
             std::thread::spawn(move || {
                 let params = SamplingParams::greedy(1);
                 let _ = forwarder::generate(

@@ -119,10 +119,12 @@ impl<R: ModelRunner> BatchEngine<R> {
                 info.vocab_size
             )));
         }
-        let total = prompt.len() + params.max_tokens;
+        // Saturating: a max_tokens near usize::MAX must fail the check, not
+        // wrap around it.
+        let total = prompt.len().saturating_add(params.max_tokens);
         if total > info.max_context {
             return Err(EngineError::InvalidRequest(format!(
-                "prompt ({}) + max_tokens ({}) = {total} exceeds the context of {}",
+                "prompt ({}) + max_tokens ({}) exceeds the context of {}",
                 prompt.len(),
                 params.max_tokens,
                 info.max_context

@@ -29,6 +29,9 @@ pub enum HttpError {
         #[source]
         source: std::io::Error,
     },
+    /// The control endpoints' exposure is unsafe (see `ControlAccess::check`).
+    #[error("{0}")]
+    Access(String),
     /// The server thread ended before it was ready (it panicked).
     #[error("the HTTP server thread for {addr} died while starting")]
     ThreadDied {

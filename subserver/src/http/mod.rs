@@ -9,10 +9,14 @@
 //! | GET | `/admin/state` | [`AdminApi::snapshot`] (queues per model, KV usage) |
 //! | POST | `/internal/generate` | the client ingress of a remote gateway ([`ingress`]): NDJSON events |
 //!
+//! `/admin/*` and `/internal/generate` are guarded ([`access`]): a bearer
+//! token when one is configured, else loopback clients only.
+//!
 //! Errors answer `{"error":{"message":..,"type":..}}` as the OpenAI API
 //! does. The server runs on its own thread and tokio runtime, owned by
 //! [`SubserverHttp`]; dropping the handle stops it.
 
+pub mod access;
 mod admin;
 #[cfg(test)]
 mod endpoint_tests;
@@ -23,6 +27,7 @@ mod routes;
 mod server;
 mod thresholds;
 
+pub use access::{AdminToken, ControlAccess};
 pub use admin::{AdminApi, ThresholdTable};
 pub use error::HttpError;
 pub use ingress::Ingress;

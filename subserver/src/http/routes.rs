@@ -11,6 +11,7 @@ use warp::reject::{LengthRequired, MethodNotAllowed, PayloadTooLarge};
 use warp::reply::Response;
 use warp::{Filter, Rejection};
 
+use super::access::{gate, AdminToken, Denied, GateKind};
 use super::admin::AdminApi;
 use super::reply;
 use super::thresholds::{parse_thresholds, thresholds_json};
@@ -25,12 +26,16 @@ const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, G
 /// Largest `/internal/generate` body (a long prompt's ids as JSON).
 const MAX_GENERATE_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Every endpoint, with errors turned into JSON answers.
+/// Every endpoint, with errors turned into JSON answers; the control
+/// endpoints pass `kind`'s gate first.
 pub(super) fn routes(
     state: Arc<dyn AdminApi>,
     registry: Registry,
     ingress: Option<Arc<dyn super::ingress::Ingress>>,
+    kind: GateKind,
+    token: Option<AdminToken>,
 ) -> impl Filter<Extract = (Response,), Error = Infallible> + Clone + Send + Sync + 'static {
+    let gate = gate(kind, token);
     let metrics = warp::path!("metrics")
         .and(warp::get())
         .map(move || metrics(&registry));
@@ -41,18 +46,22 @@ pub(super) fn routes(
     let s = state.clone();
     let get_thresholds = warp::path!("admin" / "thresholds")
         .and(warp::get())
+        .and(gate.clone())
         .map(move || reply::json(StatusCode::OK, &thresholds_json(&s.thresholds())));
     let s = state.clone();
     let put_thresholds = warp::path!("admin" / "thresholds")
         .and(warp::put())
+        .and(gate.clone())
         .and(warp::body::content_length_limit(MAX_BODY_BYTES))
         .and(warp::body::bytes())
         .map(move |body: Bytes| put_thresholds(s.as_ref(), &body));
     let admin_state = warp::path!("admin" / "state")
         .and(warp::get())
+        .and(gate.clone())
         .map(move || reply::json(StatusCode::OK, &state.snapshot()));
     let generate = warp::path!("internal" / "generate")
         .and(warp::post())
+        .and(gate)
         .and(warp::body::content_length_limit(MAX_GENERATE_BYTES))
         .and(warp::body::bytes())
         .map(move |body: Bytes| super::ingress::generate(ingress.clone(), &body));
@@ -115,6 +124,16 @@ async fn rejection(r: Rejection) -> Result<Response, Infallible> {
     // A combined rejection holds every branch's reason; `find` returns the
     // first present, so the body errors (from the branch whose path and
     // method matched) are looked for before the other branches' 405s.
+    if let Some(denied) = r.find::<Denied>() {
+        let mut resp = reply::error(denied.status, denied.message);
+        if denied.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                warp::http::header::WWW_AUTHENTICATE,
+                warp::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        return Ok(resp);
+    }
     let (status, message) = if r.find::<PayloadTooLarge>().is_some() {
         (
             StatusCode::PAYLOAD_TOO_LARGE,

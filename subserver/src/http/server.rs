@@ -5,13 +5,13 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use futures_util::Stream;
 use prometheus::Registry;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc as tokio_mpsc, oneshot, watch};
 use warp::reply::Response;
 use warp::Filter;
 
+use super::access::{ControlAccess, GateKind};
 use super::admin::AdminApi;
 use super::error::HttpError;
 use super::routes::routes;
@@ -26,8 +26,9 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(50);
 /// `drop` returns the port is closed.
 pub struct SubserverHttp {
     local_addr: SocketAddr,
+    control_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<bool>>,
 }
 
 impl SubserverHttp {
@@ -43,28 +44,49 @@ impl SubserverHttp {
     }
 
     /// Like [`Self::start`], also taking requests at `/internal/generate`
-    /// (the entry model's process).
+    /// (the entry model's process); the control endpoints answer loopback
+    /// clients only.
     pub fn start_with_ingress(
         addr: SocketAddr,
         state: Arc<dyn AdminApi>,
         registry: Registry,
         ingress: Option<Arc<dyn super::ingress::Ingress>>,
     ) -> Result<Self, HttpError> {
+        Self::start_secured(addr, state, registry, ingress, ControlAccess::default())
+    }
+
+    /// Like [`Self::start_with_ingress`], with the control endpoints
+    /// exposed as `access` says (token, own listener).
+    pub fn start_secured(
+        addr: SocketAddr,
+        state: Arc<dyn AdminApi>,
+        registry: Registry,
+        ingress: Option<Arc<dyn super::ingress::Ingress>>,
+        access: ControlAccess,
+    ) -> Result<Self, HttpError> {
+        access.check().map_err(HttpError::Access)?;
         // Bound here, not in the thread, so that the caller gets the exact
         // bind error and no request can race the start.
-        let listener = std::net::TcpListener::bind(addr).map_err(|e| HttpError::bind(addr, e))?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| HttpError::bind(addr, e))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| HttpError::bind(addr, e))?;
-        let routes = routes(state, registry, ingress);
+        let (main, local_addr) = bind(addr)?;
+        let control = access.bind.map(bind).transpose()?;
+        let control_addr = control.as_ref().map(|c| c.1);
+        let token = access.token.clone();
+        let servers = [GateKind::Open, GateKind::Bearer, GateKind::Closed].map(|kind| {
+            routes(
+                state.clone(),
+                registry.clone(),
+                ingress.clone(),
+                kind,
+                token.clone(),
+            )
+        });
+        let mut listeners = vec![(main, false)];
+        listeners.extend(control.map(|(l, _)| (l, true)));
         let (stop_tx, stop_rx) = oneshot::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("subserver-http".to_string())
-            .spawn(move || serve(listener, routes, stop_rx, ready_tx))
+            .spawn(move || serve(listeners, access, servers, stop_rx, ready_tx))
             .map_err(|source| HttpError::Runtime { addr, source })?;
         let failure = match ready_rx.recv() {
             Ok(Ok(())) => None,
@@ -76,9 +98,10 @@ impl SubserverHttp {
             let _ = thread.join();
             return Err(e);
         }
-        tracing::info!(%local_addr, "subserver HTTP listening");
+        tracing::info!(%local_addr, control = ?control_addr, "subserver HTTP listening");
         Ok(Self {
             local_addr,
+            control_addr,
             stop: Some(stop_tx),
             thread: Some(thread),
         })
@@ -88,31 +111,65 @@ impl SubserverHttp {
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }
-}
 
-impl Drop for SubserverHttp {
-    fn drop(&mut self) {
+    /// The control endpoints' own address, when they have one.
+    pub fn control_addr(&self) -> Option<SocketAddr> {
+        self.control_addr
+    }
+
+    /// Stops the server like `drop`; true when every open connection ended
+    /// on its own (none had to be cut when the grace ran out).
+    pub fn stop(mut self) -> bool {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> bool {
         if let Some(stop) = self.stop.take() {
             // Err: the thread already ended, nothing to stop.
             let _ = stop.send(());
         }
-        if let Some(thread) = self.thread.take() {
-            if thread.join().is_err() {
-                tracing::error!(addr = %self.local_addr, "subserver HTTP thread panicked");
-            }
-        }
+        let Some(thread) = self.thread.take() else {
+            return true;
+        };
+        let clean = thread.join().unwrap_or_else(|_| {
+            tracing::error!(addr = %self.local_addr, "subserver HTTP thread panicked");
+            false
+        });
         tracing::info!(addr = %self.local_addr, "subserver HTTP stopped");
+        clean
     }
 }
 
-/// The server thread: runtime, listener, serve until stopped. Reports on
-/// `ready` once it accepts (or why it cannot).
+impl Drop for SubserverHttp {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// A non-blocking std listener on `addr` and the address it got.
+fn bind(addr: SocketAddr) -> Result<(std::net::TcpListener, SocketAddr), HttpError> {
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| HttpError::bind(addr, e))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| HttpError::bind(addr, e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| HttpError::bind(addr, e))?;
+    Ok((listener, local))
+}
+
+/// The server thread: runtime, listeners, one warp server per gate (fed
+/// the connections the gate applies to), serve until stopped. Reports on
+/// `ready` once it accepts (or why it cannot); returns whether the stop
+/// was clean (no connection cut at the grace deadline).
 fn serve<F>(
-    listener: std::net::TcpListener,
-    routes: F,
+    listeners: Vec<(std::net::TcpListener, bool)>,
+    access: ControlAccess,
+    servers: [F; 3],
     stop: oneshot::Receiver<()>,
     ready: mpsc::Sender<std::io::Result<()>>,
-) where
+) -> bool
+where
     F: Filter<Extract = (Response,), Error = std::convert::Infallible>
         + Clone
         + Send
@@ -126,58 +183,98 @@ fn serve<F>(
         Ok(rt) => rt,
         Err(e) => {
             let _ = ready.send(Err(e));
-            return;
+            return false;
         }
     };
-    let listener = {
+    let listeners = {
         let _context = runtime.enter();
-        match TcpListener::from_std(listener) {
+        let converted: std::io::Result<Vec<_>> = listeners
+            .into_iter()
+            .map(|(l, on_control)| TcpListener::from_std(l).map(|l| (l, on_control)))
+            .collect();
+        match converted {
             Ok(l) => l,
             Err(e) => {
                 let _ = ready.send(Err(e));
-                return;
+                return false;
             }
         }
     };
-    let (draining_tx, draining_rx) = oneshot::channel::<()>();
-    let signal = async move {
-        // A dropped sender also means stop.
-        let _ = stop.await;
-        let _ = draining_tx.send(());
-    };
-    let server =
-        warp::serve(routes).serve_incoming_with_graceful_shutdown(accept(listener), signal);
+    let (stopped_tx, stopped_rx) = watch::channel(false);
+    let mut senders = Vec::new();
+    let mut tasks = Vec::new();
+    for filter in servers {
+        let (tx, rx) = tokio_mpsc::unbounded_channel::<TcpStream>();
+        senders.push(tx);
+        let incoming = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|s| (Ok::<_, std::io::Error>(s), rx))
+        });
+        let server = warp::serve(filter)
+            .serve_incoming_with_graceful_shutdown(incoming, stopped(stopped_rx.clone()));
+        tasks.push(runtime.spawn(server));
+    }
+    let access = Arc::new(access);
+    let acceptors: Vec<_> = listeners
+        .into_iter()
+        .map(|(listener, on_control)| {
+            let (senders, access) = (senders.clone(), access.clone());
+            let done = stopped(stopped_rx.clone());
+            runtime.spawn(async move {
+                tokio::select! {
+                    () = accept(listener, on_control, &access, &senders) => {}
+                    () = done => {}
+                }
+            })
+        })
+        .collect();
+    drop(senders);
     let _ = ready.send(Ok(()));
     runtime.block_on(async move {
-        let deadline = async {
-            if draining_rx.await.is_ok() {
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            () = server => {}
-            () = deadline => {
-                tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after stop; closing them");
-            }
+        // A dropped sender also means stop.
+        let _ = stop.await;
+        let _ = stopped_tx.send(true);
+        for a in acceptors {
+            let _ = a.await;
         }
-    });
-    // Dropping the runtime here closes any connection still open.
-}
-
-/// Accepted connections; a failed accept is logged and retried rather than
-/// ending the server.
-fn accept(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> + Send {
-    futures_util::stream::unfold(listener, |listener| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _peer)) => return Some((Ok(stream), listener)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed; retrying");
-                    tokio::time::sleep(ACCEPT_RETRY).await;
-                }
+        let all = futures_util::future::join_all(tasks);
+        tokio::select! {
+            _ = all => true,
+            () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+                tracing::warn!("requests still open {SHUTDOWN_GRACE:?} after stop; closing them");
+                false
             }
         }
     })
+    // Dropping the runtime closes any connection still open.
+}
+
+/// Resolves once `stopped` turns true (or its sender is gone).
+async fn stopped(mut stopped: watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|s| *s).await;
+}
+
+/// Accepts connections and hands each to the server of its gate; a failed
+/// accept is logged and retried rather than ending the server.
+async fn accept(
+    listener: TcpListener,
+    on_control: bool,
+    access: &ControlAccess,
+    servers: &[tokio_mpsc::UnboundedSender<TcpStream>],
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let index = match access.gate_for(peer, on_control) {
+                    GateKind::Open => 0,
+                    GateKind::Bearer => 1,
+                    GateKind::Closed => 2,
+                };
+                let _ = servers[index].send(stream);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed; retrying");
+                tokio::time::sleep(ACCEPT_RETRY).await;
+            }
+        }
+    }
 }

@@ -3,7 +3,7 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::error::EngineError;
+use tch::TchError;
 
 /// Per-layer key/value tensors indexed by slot.
 pub struct KvStorage {
@@ -32,7 +32,7 @@ impl KvStorage {
         head_dim: usize,
         kind: Kind,
         device: Device,
-    ) -> Result<Self, EngineError> {
+    ) -> Result<Self, TchError> {
         let shape = [num_slots as i64, kv_heads as i64, head_dim as i64];
         let mut keys = Vec::with_capacity(layers);
         let mut values = Vec::with_capacity(layers);
@@ -59,14 +59,14 @@ impl KvStorage {
         slots: &Tensor,
         k: &Tensor,
         v: &Tensor,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), TchError> {
         let _ = self.keys[layer].f_index_copy_(0, slots, k)?;
         let _ = self.values[layer].f_index_copy_(0, slots, v)?;
         Ok(())
     }
 
     /// Reads keys and values of `layer` at `slots` (any shape, flattened).
-    pub fn gather(&self, layer: usize, slots: &Tensor) -> Result<(Tensor, Tensor), EngineError> {
+    pub fn gather(&self, layer: usize, slots: &Tensor) -> Result<(Tensor, Tensor), TchError> {
         Ok((
             self.keys[layer].f_index_select(0, slots)?,
             self.values[layer].f_index_select(0, slots)?,

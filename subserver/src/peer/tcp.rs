@@ -203,6 +203,12 @@ impl TcpTransport {
     /// Stops all threads and closes all sockets; queued messages are
     /// dropped. Waits at most `shutdown_grace` for the threads. Idempotent.
     pub fn shutdown(&self) {
+        self.stop();
+    }
+
+    /// [`Self::shutdown`], returning how many threads were still running
+    /// when the grace ran out (0 when every thread noticed the stop).
+    fn stop(&self) -> usize {
         for link in self.links.iter().flatten() {
             link.close();
         }
@@ -221,6 +227,7 @@ impl TcpTransport {
                 "transport threads still busy after shutdown; left to exit on their own"
             );
         }
+        stragglers
     }
 
     fn link(&self, to: ModelIdx) -> Option<&Arc<Link>> {

@@ -3,10 +3,10 @@
 
 use tch::{Kind, Tensor};
 
-use crate::error::EngineError;
+use tch::TchError;
 
 /// Normalized entropy `-Σ p log p / log V` of each row of `[B, V]` logits, in [0, 1].
-pub fn normalized_entropy_rows(logits: &Tensor) -> Result<Vec<f32>, EngineError> {
+pub fn normalized_entropy_rows(logits: &Tensor) -> Result<Vec<f32>, TchError> {
     let v = logits.size().last().copied().unwrap_or(1).max(2);
     let logp = logits
         .f_to_kind(Kind::Float)?
@@ -19,7 +19,7 @@ pub fn normalized_entropy_rows(logits: &Tensor) -> Result<Vec<f32>, EngineError>
     let h = h
         .f_div_scalar((v as f64).ln())?
         .f_to_device(tch::Device::Cpu)?;
-    Ok(Vec::<f32>::try_from(&h)?)
+    Vec::<f32>::try_from(&h)
 }
 
 #[cfg(test)]

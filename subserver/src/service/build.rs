@@ -21,13 +21,63 @@ const SIM_DEFAULT_KV_TOKENS: usize = 262_144;
 /// Loads every model of `cfg` (in config order) with its policy. The
 /// members share one live threshold cell (what `target_large_share` steers).
 pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
-    if let Some(t) = cfg.system().threads {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(t) = cpu_threads(cfg, cores) {
         crate::device::set_cpu_threads(t as i32);
     }
+    check_shared_vocabulary(cfg)?;
     let cell = LiveThreshold::new(0.0);
     (0..cfg.models().len())
         .map(|i| member(cfg, i, Some(cell.clone())))
         .collect()
+}
+
+/// Refuses a group whose models' tokenizers differ, before any weights
+/// load: a token written by one model would be read as another token (or
+/// out of range) by the next. Models without a tokenizer on disk (simulated
+/// ones) are not compared.
+pub fn check_shared_vocabulary(cfg: &EngineConfig) -> Result<(), ServiceError> {
+    let loaded: Vec<(&str, TextTokenizer)> = cfg
+        .models()
+        .iter()
+        .filter_map(|m| {
+            let dir = m.path.as_ref()?;
+            dir.join("tokenizer.json").is_file().then_some(())?;
+            // An unreadable tokenizer is reported when the model loads.
+            Some((m.name.as_str(), TextTokenizer::from_dir(dir).ok()?))
+        })
+        .collect();
+    let Some((first, reference)) = loaded.first() else {
+        return Ok(());
+    };
+    for (name, tok) in &loaded[1..] {
+        if !reference.same_vocabulary(tok) {
+            return Err(ServiceError::Unsupported(format!(
+                "models `{first}` ({} tokens) and `{name}` ({} tokens) do not share a \
+                 vocabulary: token-level routing needs one tokenizer for the whole group",
+                reference.vocab_size(),
+                tok.vocab_size()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// libtorch intra-op threads for an in-process group: `system.threads` when
+/// set; otherwise, with two or more tch models on the CPU, each model's
+/// share of the cores (`cores / models`, at least 1). The models step at the
+/// same time, each on its own scheduler thread; libtorch's default (every
+/// core per step) oversubscribes the cores and slowed the SmolLM2 pair from
+/// 8.9 to 5.2 tok/s at N=1. `None`: leave libtorch's default.
+pub fn cpu_threads(cfg: &EngineConfig, cores: usize) -> Option<usize> {
+    if let Some(t) = cfg.system().threads {
+        return Some(t);
+    }
+    if cfg.backend() != Backend::Tch {
+        return None;
+    }
+    let on_cpu = cfg.models().iter().filter(|m| !m.device.is_cuda()).count();
+    (on_cpu >= 2).then(|| (cores / on_cpu).max(1))
 }
 
 /// `target_large_share` needs the entry's policy to have a threshold to steer.
@@ -209,4 +259,33 @@ pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
         transport,
         target_large_share: cfg.target_large_share(),
     })
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cfg(extra: &str) -> EngineConfig {
+        let yaml = format!(
+            "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n{extra}"
+        );
+        EngineConfig::from_yaml_str(&yaml, Path::new(".")).unwrap()
+    }
+
+    #[test]
+    fn each_cpu_model_gets_its_share_of_the_cores_by_default() {
+        let tch = cfg("backend: tch\ndevice: cpu\n");
+        assert_eq!(cpu_threads(&tch, 2), Some(1));
+        assert_eq!(cpu_threads(&tch, 16), Some(8));
+        assert_eq!(cpu_threads(&tch, 1), Some(1));
+    }
+
+    #[test]
+    fn system_threads_wins_and_sim_is_left_alone() {
+        let yaml = "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n  threads: 3\nbackend: tch\ndevice: cpu\n";
+        let set = EngineConfig::from_yaml_str(yaml, Path::new(".")).unwrap();
+        assert_eq!(cpu_threads(&set, 16), Some(3));
+        assert_eq!(cpu_threads(&cfg("backend: sim\n"), 16), None);
+    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use prometheus::Registry;
 
 use crate::config::{EngineConfig, TransportConfig};
-use crate::http::SubserverHttp;
+use crate::http::{ControlAccess, SubserverHttp};
 use crate::metrics::SubserverMetrics;
 use crate::peer::tcp::{resolve_addresses, TcpOptions};
 use crate::scheduler::member::MemberProcess;
@@ -22,11 +22,29 @@ pub struct MemberService {
 impl MemberService {
     /// Starts model `name` of `cfg` (transport tcp), serving `/metrics`,
     /// `/health` and `/admin/*` at `admin` when given.
+    /// The control endpoints take the token of the environment
+    /// ([`ControlAccess::from_env`]).
     pub fn start(
         cfg: &EngineConfig,
         name: &str,
         admin: Option<SocketAddr>,
     ) -> Result<Self, ServiceError> {
+        let access = match admin {
+            Some(_) => ControlAccess::from_env().map_err(crate::http::HttpError::Access)?,
+            None => ControlAccess::default(),
+        };
+        Self::start_with_access(cfg, name, admin, access)
+    }
+
+    /// [`Self::start`] with the control endpoints exposed as `access`
+    /// says (checked before any model loads).
+    pub fn start_with_access(
+        cfg: &EngineConfig,
+        name: &str,
+        admin: Option<SocketAddr>,
+        access: ControlAccess,
+    ) -> Result<Self, ServiceError> {
+        access.check().map_err(crate::http::HttpError::Access)?;
         let TransportConfig::Tcp(tcp) = cfg.transport() else {
             return Err(ServiceError::Unsupported(
                 "one model per process needs `transport: {kind: tcp, addresses: ...}`".into(),
@@ -38,6 +56,7 @@ impl MemberService {
                 cfg.model_names().join(", ")
             ))
         })?;
+        build::check_shared_vocabulary(cfg)?;
         let member = build::member(cfg, index, None)?;
         let settings = build::settings(cfg)?;
         let addresses = resolve_addresses(&tcp.addresses)
@@ -62,11 +81,12 @@ impl MemberService {
                 // Only the entry model's process takes client requests.
                 let ingress: Option<Arc<dyn crate::http::Ingress>> =
                     (index == cfg.entry_index()).then(|| member.clone() as _);
-                Some(SubserverHttp::start_with_ingress(
+                Some(SubserverHttp::start_secured(
                     addr,
                     Arc::new(MemberAdmin::new(member.clone())),
                     registry,
                     ingress,
+                    access,
                 )?)
             }
             None => None,

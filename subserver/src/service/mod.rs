@@ -13,7 +13,7 @@ use std::sync::Arc;
 use prometheus::Registry;
 
 use crate::config::EngineConfig;
-use crate::http::SubserverHttp;
+use crate::http::{ControlAccess, SubserverHttp};
 use crate::metrics::SubserverMetrics;
 use crate::scheduler::group::Group;
 
@@ -68,7 +68,24 @@ impl Service {
     /// Loads every model of `cfg` and starts the group; with `admin`, also
     /// serves `/metrics`, `/health`, `/admin/*` and the client ingress
     /// `/internal/generate` there.
+    /// The control endpoints take the token of the environment
+    /// ([`ControlAccess::from_env`]).
     pub fn start(cfg: &EngineConfig, admin: Option<SocketAddr>) -> Result<Self, ServiceError> {
+        let access = match admin {
+            Some(_) => ControlAccess::from_env().map_err(crate::http::HttpError::Access)?,
+            None => ControlAccess::default(),
+        };
+        Self::start_with_access(cfg, admin, access)
+    }
+
+    /// [`Self::start`] with the control endpoints exposed as `access` says.
+    pub fn start_with_access(
+        cfg: &EngineConfig,
+        admin: Option<SocketAddr>,
+        access: ControlAccess,
+    ) -> Result<Self, ServiceError> {
+        // Before any model loads: a refused exposure costs nothing.
+        access.check().map_err(crate::http::HttpError::Access)?;
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
         let members = build::members(cfg)?;
@@ -81,11 +98,12 @@ impl Service {
             Some(addr) => {
                 let api = Arc::new(admin::GroupAdmin::new(group.clone()));
                 let ingress: Arc<dyn crate::http::Ingress> = group.clone();
-                Some(SubserverHttp::start_with_ingress(
+                Some(SubserverHttp::start_secured(
                     addr,
                     api,
                     registry.clone(),
                     Some(ingress),
+                    access,
                 )?)
             }
             None => None,

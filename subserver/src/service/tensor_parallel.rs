@@ -3,6 +3,7 @@
 //! says so with the memory the weights need there, and refuses only when
 //! they cannot fit on that device.
 
+use std::io::Read;
 use std::path::Path;
 
 use crate::config::{DType, DeviceSpec, ModelSpec};
@@ -18,15 +19,21 @@ pub fn parameter_count(dir: &Path) -> Result<u64, String> {
         .map_err(|e| e.to_string())?;
     let mut total = 0u64;
     for file in files {
-        let f = std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-        // SAFETY: read-only map of a weights file nobody writes while we load.
-        let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| e.to_string())?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&map)
+        // The safetensors header: a little-endian u64 length, then JSON.
+        let mut f = std::fs::File::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut len = [0u8; 8];
+        f.read_exact(&mut len)
             .map_err(|e| format!("{}: {e}", file.display()))?;
+        let mut header = vec![0u8; u64::from_le_bytes(len).min(100 << 20) as usize];
+        f.read_exact(&mut header)
+            .map_err(|e| format!("{}: {e}", file.display()))?;
+        let meta: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&header).map_err(|e| format!("{}: {e}", file.display()))?;
         total += meta
-            .tensors()
-            .values()
-            .map(|t| t.shape.iter().product::<usize>() as u64)
+            .iter()
+            .filter(|(k, _)| *k != "__metadata__")
+            .filter_map(|(_, v)| v.get("shape")?.as_array().cloned())
+            .map(|shape| shape.iter().filter_map(|d| d.as_u64()).product::<u64>())
             .sum::<u64>();
     }
     Ok(total)

@@ -74,6 +74,14 @@ impl TextTokenizer {
         self.inner.get_vocab_size(true)
     }
 
+    /// Whether `other` maps every token to the same id (token-level routing
+    /// needs one vocabulary: a token one model writes is read by the other).
+    pub fn same_vocabulary(&self, other: &TextTokenizer) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+            || (self.vocab_size() == other.vocab_size()
+                && self.inner.get_vocab(true) == other.inner.get_vocab(true))
+    }
+
     /// The id of a token string (vocabulary or added token), if any.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)

@@ -288,6 +288,7 @@ impl GgufFile {
         let file = File::open(path).map_err(|e| AssetError::io(path, e))?;
         // SAFETY: the mapping is read-only and private to this process; like
         // every GGUF reader we assume the file is not modified while open.
+        #[allow(unsafe_code)] // mmap of a GGUF file.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| AssetError::io(path, e))?;
         let header = GgufHeader::parse(path, &mmap)?;
         Ok(Self {

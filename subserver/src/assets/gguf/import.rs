@@ -63,6 +63,19 @@ pub fn import_gguf(
     out_dir: &Path,
     opts: &ImportOptions,
 ) -> Result<ImportSummary, AssetError> {
+    let staged = crate::assets::staged::StagedDir::create(out_dir)?;
+    let mut summary = import_into(file, staged.path(), opts)?;
+    summary.files = staged.commit(summary.files)?;
+    tracing::info!(file = %file.display(), out = %out_dir.display(), "imported GGUF");
+    Ok(summary)
+}
+
+/// [`import_gguf`] into the (empty) staging directory.
+fn import_into(
+    file: &Path,
+    out_dir: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportSummary, AssetError> {
     let gguf = GgufFile::open(file)?;
     let header = gguf.header();
     let tied = header.tensor("output.weight").is_none();
@@ -161,13 +174,7 @@ pub fn import_gguf(
     }
     // The tokenizer we just wrote must load with the runtime's tokenizer crate.
     load_tokenizer(&out_dir.join("tokenizer.json"))?;
-    tracing::info!(
-        file = %file.display(),
-        out = %out_dir.display(),
-        tensors = specs.len(),
-        dtype = %opts.dtype,
-        "imported GGUF"
-    );
+    tracing::debug!(tensors = specs.len(), dtype = %opts.dtype, "GGUF tensors written");
     Ok(ImportSummary {
         config: cfg,
         tensors: specs.len(),

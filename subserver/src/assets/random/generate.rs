@@ -52,6 +52,19 @@ pub fn gen_random(
     out: &Path,
     opts: &GenRandomOptions,
 ) -> Result<Vec<PathBuf>, AssetError> {
+    let staged = crate::assets::staged::StagedDir::create(out)?;
+    let files = gen_into(cfg, staged.path(), opts)?;
+    let files = staged.commit(files)?;
+    tracing::info!(out = %out.display(), layers = cfg.num_hidden_layers, seed = opts.seed, dtype = %opts.dtype, "wrote random checkpoint");
+    Ok(files)
+}
+
+/// [`gen_random`] into the (empty) staging directory.
+fn gen_into(
+    cfg: &ModelConfig,
+    out: &Path,
+    opts: &GenRandomOptions,
+) -> Result<Vec<PathBuf>, AssetError> {
     cfg.validate().map_err(AssetError::InvalidArgument)?;
     for name in REQUIRED_TOKENIZER_FILES {
         let path = opts.tokenizer_dir.join(name);
@@ -100,6 +113,5 @@ pub fn gen_random(
         std::fs::copy(&from, &to).map_err(|e| AssetError::io(&from, e))?;
         files.push(to);
     }
-    tracing::info!(out = %out.display(), layers = cfg.num_hidden_layers, seed = opts.seed, dtype = %opts.dtype, "wrote random checkpoint");
     Ok(files)
 }

@@ -203,7 +203,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         }
     }
     let execution_mode = raw.execution_mode.unwrap_or(ExecutionMode::AsyncDelayed);
-    let transport = build_transport(raw.transport, &names)?;
+    let transport = build_transport(raw.transport, &names, env)?;
     check_mode_fits_transport(execution_mode, &transport)?;
     // The official layout puts the API port on the entry model.
     let entry_port = models[entry].port;

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use super::{positive, resolve_path, Env};
+use crate::config::env_expand::expand_env;
 use crate::config::error::ConfigError;
 use crate::config::gateway::GatewayConfig;
 use crate::config::raw::{RawGateway, RawSystem, RawTransport};
@@ -75,6 +76,7 @@ pub(super) fn build_system(
 pub(super) fn build_transport(
     raw: Option<RawTransport>,
     names: &[String],
+    env: Env,
 ) -> Result<TransportConfig, ConfigError> {
     let Some(raw) = raw else {
         return Ok(TransportConfig::InProc);
@@ -116,6 +118,10 @@ pub(super) fn build_transport(
                         format!("\"{name}\" is not a model (models: {})", names.join(", ")),
                     )
                 })?;
+                // `${VAR}` lets one file serve every group of a StatefulSet
+                // (e.g. the pod's ordinal in a peer's DNS name).
+                let address =
+                    expand_env(&address, env).map_err(|m| ConfigError::invalid(&key, m))?;
                 check_address(&address).map_err(|m| ConfigError::invalid(&key, m))?;
                 if let Some(other) = addresses
                     .iter()

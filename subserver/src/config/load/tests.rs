@@ -669,6 +669,28 @@ fn top_level_ranges() {
 }
 
 #[test]
+fn transport_addresses_expand_env() {
+    let c = load(&format!(
+        "{MINIMAL}transport: {{kind: tcp, addresses: {{quick: 'q-${{CACHE}}:1', reference: 'r-${{GROUP:-0}}.svc:2'}}}}\n"
+    ))
+    .unwrap();
+    let TransportConfig::Tcp(tcp) = c.transport() else {
+        panic!("tcp")
+    };
+    assert_eq!(tcp.addresses, vec!["q-/cache:1", "r-0.svc:2"]);
+    let err = load(&format!(
+        "{MINIMAL}transport: {{kind: tcp, addresses: {{quick: 'q-${{NOPE}}:1', reference: 'r:2'}}}}\n"
+    ))
+    .unwrap_err();
+    assert_error(
+        &err,
+        "invalid",
+        "transport.addresses.quick",
+        "NOPE is not set",
+    );
+}
+
+#[test]
 fn transport_rules() {
     let tcp = |body: &str| load(&format!("{MINIMAL}transport: {{kind: tcp{body}}}\n"));
     assert_error(

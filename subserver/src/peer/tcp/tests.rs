@@ -11,6 +11,14 @@ use super::*;
 use crate::peer::codec::{read_frame, Handshake, PROTOCOL_VERSION};
 use crate::peer::message::{PeerReq, Rid};
 
+/// Deadline of every wait: long enough that only a hang reaches it on a
+/// loaded machine (the tests wait on events, never on elapsed time).
+const HANG: Duration = Duration::from_secs(60);
+
+/// Shutdown grace of the tests: a thread still running after it ignored
+/// the stop (the tests that check stops give it far longer work than this).
+const GRACE: Duration = Duration::from_secs(20);
+
 /// Test timings: short backoff so reconnects happen within a test.
 fn opts() -> TcpOptions {
     TcpOptions {
@@ -19,7 +27,7 @@ fn opts() -> TcpOptions {
         reconnect_backoff_max: Duration::from_millis(100),
         probe_interval: Duration::from_millis(20),
         bind: None,
-        shutdown_grace: Duration::from_secs(1),
+        shutdown_grace: GRACE,
     }
 }
 
@@ -113,15 +121,9 @@ fn ten_thousand_messages_arrive_in_order() {
     for i in 0..10_000 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
-    expect_in_order(
-        &rb,
-        (0..10_000).map(|i| msg(0, 1, i)),
-        Duration::from_secs(4),
-    );
+    expect_in_order(&rb, (0..10_000).map(|i| msg(0, 1, i)), HANG);
     assert!(a.is_up(1));
-    wait_until("the queue drains", Duration::from_secs(1), || {
-        a.queued(1) == 0
-    });
+    wait_until("the queue drains", HANG, || a.queued(1) == 0);
     assert!(rb.try_recv().is_err(), "no extra message");
 }
 
@@ -139,18 +141,8 @@ fn both_directions_at_once() {
             })
         })
         .collect();
-    let at_a = thread::spawn(move || {
-        expect_in_order(
-            &ra,
-            (0..10_000).map(|i| msg(1, 0, i)),
-            Duration::from_secs(4),
-        )
-    });
-    expect_in_order(
-        &rb,
-        (0..10_000).map(|i| msg(0, 1, i)),
-        Duration::from_secs(4),
-    );
+    let at_a = thread::spawn(move || expect_in_order(&ra, (0..10_000).map(|i| msg(1, 0, i)), HANG));
+    expect_in_order(&rb, (0..10_000).map(|i| msg(0, 1, i)), HANG);
     at_a.join().unwrap();
     for s in senders {
         s.join().unwrap();
@@ -166,14 +158,12 @@ fn queued_messages_wait_for_a_late_peer() {
     for i in 0..100 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
-    wait_until("model 1 is seen down", opts().connect_timeout, || {
-        !a.is_up(1)
-    });
+    wait_until("model 1 is seen down", HANG, || !a.is_up(1));
     assert_eq!(a.queued(1), 100);
 
     let (db, rb) = collector();
     let b = TcpTransport::start(1, addrs, db, opts()).unwrap();
-    expect_in_order(&rb, (0..100).map(|i| msg(0, 1, i)), Duration::from_secs(2));
+    expect_in_order(&rb, (0..100).map(|i| msg(0, 1, i)), HANG);
     assert!(a.is_up(1));
     assert_eq!(a.queued(1), 0);
     drop(b);
@@ -189,13 +179,11 @@ fn reconnects_to_a_restarted_peer() {
     for i in 0..50 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
-    expect_in_order(&rb, (0..50).map(|i| msg(0, 1, i)), Duration::from_secs(2));
+    expect_in_order(&rb, (0..50).map(|i| msg(0, 1, i)), HANG);
 
     drop(b);
     // The idle connection is probed: the restart is noticed without sending.
-    wait_until("model 1 is seen down", Duration::from_secs(1), || {
-        !a.is_up(1)
-    });
+    wait_until("model 1 is seen down", HANG, || !a.is_up(1));
 
     let (db, rb) = collector();
     let b = TcpTransport::start(1, addrs, db, opts()).unwrap();
@@ -203,7 +191,7 @@ fn reconnects_to_a_restarted_peer() {
     for i in 50..100 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
-    expect_in_order(&rb, (50..100).map(|i| msg(0, 1, i)), Duration::from_secs(2));
+    expect_in_order(&rb, (50..100).map(|i| msg(0, 1, i)), HANG);
     assert!(a.is_up(1));
     drop(b);
 }
@@ -213,17 +201,20 @@ fn a_slow_peer_never_blocks_send() {
     let addrs = vec![free_addr(), free_addr()];
     let (da, _ra) = collector();
     let a = TcpTransport::start(0, addrs.clone(), da, opts()).unwrap();
-    // B's deliver blocks until the gate opens, so B stops reading.
+    // B's deliver blocks until the gate opens, so B stops reading; the gate
+    // opens only after every send below returned, so a send that waited
+    // on the network would never return (caught by the deadline).
     let (gate_tx, gate_rx) = mpsc::channel::<()>();
     let gate_rx = Mutex::new(gate_rx);
     let (tx, rb) = mpsc::channel();
     let deliver: Deliver = Arc::new(move |m| {
-        let _ = gate_rx.lock().recv_timeout(Duration::from_secs(5));
+        let _ = gate_rx.lock().recv();
         let _ = tx.send(m);
     });
     let b = TcpTransport::start(1, addrs, deliver, opts()).unwrap();
 
-    // Fill the socket buffers (~32 MB of tokens) so A's writer is stuck.
+    // ~26 MB of tokens: more than the socket buffers hold, so A's writer
+    // is stuck on the unread socket.
     let big = |i: u64| {
         PeerMsg::Req(PeerReq {
             rid: i,
@@ -238,35 +229,31 @@ fn a_slow_peer_never_blocks_send() {
             logprobs: vec![],
         })
     };
-    for i in 0..200 {
-        a.send(1, big(i)).unwrap();
-    }
-    thread::sleep(Duration::from_millis(300));
-    let stuck = a.queued(1);
-    assert!(
-        stuck > 0,
-        "the writer should be blocked on the unread socket"
-    );
-
-    let start = Instant::now();
-    for i in 200..1200 {
-        a.send(1, msg(0, 1, i)).unwrap();
-    }
-    let took = start.elapsed();
-    assert!(took < Duration::from_millis(50), "1000 sends took {took:?}");
-    assert!(a.queued(1) >= 1000);
+    let a = Arc::new(a);
+    let (done_tx, done_rx) = mpsc::channel();
+    let sender = {
+        let a = Arc::clone(&a);
+        thread::spawn(move || {
+            for i in 0..200 {
+                a.send(1, big(i)).unwrap();
+            }
+            for i in 200..1200 {
+                a.send(1, msg(0, 1, i)).unwrap();
+            }
+            let _ = done_tx.send(());
+        })
+    };
+    done_rx
+        .recv_timeout(HANG)
+        .expect("send blocked while the peer was not reading");
+    sender.join().unwrap();
+    // Nothing past the big frames can have left: they fill the buffers.
+    assert!(a.queued(1) >= 1000, "queued {}", a.queued(1));
 
     // Open the gate: everything arrives, in order.
-    let opener = thread::spawn(move || {
-        for _ in 0..1200 {
-            if gate_tx.send(()).is_err() {
-                break;
-            }
-        }
-    });
+    drop(gate_tx);
     let expected = (0..200).map(big).chain((200..1200).map(|i| msg(0, 1, i)));
-    expect_in_order(&rb, expected, Duration::from_secs(4));
-    opener.join().unwrap();
+    expect_in_order(&rb, expected, HANG);
     drop(b);
 }
 
@@ -274,43 +261,40 @@ fn a_slow_peer_never_blocks_send() {
 fn drop_with_a_dead_peer_is_prompt() {
     let addrs = vec![free_addr(), free_addr(), free_addr()];
     let (da, _ra) = collector();
-    let a = TcpTransport::start(0, addrs, da, opts()).unwrap();
+    // Backing off far longer than the grace: a writer that slept through
+    // the stop would be left running.
+    let long_backoff = TcpOptions {
+        reconnect_backoff_min: 3 * GRACE,
+        reconnect_backoff_max: 3 * GRACE,
+        ..opts()
+    };
+    let a = TcpTransport::start(0, addrs, da, long_backoff).unwrap();
     for i in 0..1000 {
         a.send(1, msg(0, 1, i)).unwrap();
         a.send(2, msg(0, 2, i)).unwrap();
     }
-    wait_until("both peers are seen down", Duration::from_secs(1), || {
+    wait_until("both peers are seen down", HANG, || {
         !a.is_up(1) && !a.is_up(2)
     });
-    let start = Instant::now();
-    drop(a);
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    assert_eq!(a.stop(), 0, "a thread ignored the stop");
 }
 
 #[test]
 fn drop_while_a_peer_never_answers_the_handshake_is_prompt() {
-    // A socket that accepts connections (kernel backlog) but never speaks.
+    // A socket that accepts connections but never speaks.
     let mute = TcpListener::bind("127.0.0.1:0").unwrap();
     let addrs = vec![free_addr(), mute.local_addr().unwrap()];
     let (da, _ra) = collector();
+    // The handshake wait is far longer than the grace.
     let slow = TcpOptions {
-        connect_timeout: Duration::from_secs(30),
+        connect_timeout: 3 * GRACE,
         ..opts()
     };
     let a = TcpTransport::start(0, addrs, da, slow).unwrap();
     a.send(1, msg(0, 1, 0)).unwrap();
-    thread::sleep(Duration::from_millis(200));
-    let start = Instant::now();
-    drop(a);
-    assert!(
-        start.elapsed() < Duration::from_secs(2),
-        "{:?}",
-        start.elapsed()
-    );
+    // The writer is connected and waits for the answer.
+    let (_conn, _) = mute.accept().unwrap();
+    assert_eq!(a.stop(), 0, "the writer ignored the stop in its handshake");
 }
 
 #[test]
@@ -380,14 +364,14 @@ fn bind_override_and_resolution() {
     let (d1, _r1) = collector();
     let b = TcpTransport::start(1, vec![listen, free_addr()], d1, opts()).unwrap();
     b.send(0, msg(1, 0, 9)).unwrap();
-    expect_in_order(&r0, std::iter::once(msg(1, 0, 9)), Duration::from_secs(2));
+    expect_in_order(&r0, std::iter::once(msg(1, 0, 9)), HANG);
 }
 
 /// Connects as a raw client, sends `hello`, returns what the server answers
 /// before closing (the handshake, or nothing).
 fn raw_hello(addr: SocketAddr, hello: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.set_read_timeout(Some(HANG)).unwrap();
     s.write_all(hello).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut answer = Vec::new();
@@ -422,7 +406,7 @@ fn strangers_and_other_versions_are_refused() {
 
     // B still serves its real peer, and nothing else was delivered.
     a.send(1, msg(0, 1, 1)).unwrap();
-    expect_in_order(&rb, std::iter::once(msg(0, 1, 1)), Duration::from_secs(2));
+    expect_in_order(&rb, std::iter::once(msg(0, 1, 1)), HANG);
     assert!(rb.try_recv().is_err());
 }
 
@@ -435,9 +419,7 @@ fn a_wrong_model_at_an_address_is_down() {
     let (db, rb) = collector();
     let _b = TcpTransport::start(1, vec![a_addr, b_addr, free_addr()], db, opts()).unwrap();
     a.send(2, msg(0, 2, 1)).unwrap();
-    wait_until("model 2 is seen down", Duration::from_secs(1), || {
-        !a.is_up(2)
-    });
+    wait_until("model 2 is seen down", HANG, || !a.is_up(2));
     assert_eq!(a.queued(2), 1);
     assert!(rb.recv_timeout(Duration::from_millis(100)).is_err());
 }
@@ -459,7 +441,7 @@ fn release_follows_the_hand_overs_before_it() {
         a.send(1, release.clone()).unwrap();
         sent.push(release);
     }
-    expect_in_order(&rb, sent.into_iter(), Duration::from_secs(2));
+    expect_in_order(&rb, sent.into_iter(), HANG);
 }
 
 #[test]
@@ -468,18 +450,12 @@ fn shutdown_joins_every_thread_promptly() {
     let (a, ra, b, rb) = pair();
     a.send(1, msg(0, 1, 1)).unwrap();
     b.send(0, msg(1, 0, 2)).unwrap();
-    expect_in_order(&rb, std::iter::once(msg(0, 1, 1)), Duration::from_secs(2));
-    expect_in_order(&ra, std::iter::once(msg(1, 0, 2)), Duration::from_secs(2));
+    expect_in_order(&rb, std::iter::once(msg(0, 1, 1)), HANG);
+    expect_in_order(&ra, std::iter::once(msg(1, 0, 2)), HANG);
     let b_addr = b.local_addr();
-    // Well under `shutdown_grace`: nothing was left waiting for the deadline.
+    // Every thread noticed the stop: none was left for the grace to cut.
     for t in [a, b] {
-        let start = Instant::now();
-        drop(t);
-        assert!(
-            start.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            start.elapsed()
-        );
+        assert_eq!(t.stop(), 0, "threads left running");
     }
     // The listener is closed: its address can be taken again.
     TcpListener::bind(b_addr).unwrap();

@@ -26,7 +26,9 @@ impl<R: ModelRunner> Scheduler<R> {
                 vocab_size: info.vocab_size,
             });
         }
-        let total = req.prompt.len() + req.params.max_tokens;
+        // Saturating: a max_tokens near usize::MAX must fail the check, not
+        // wrap around it.
+        let total = req.prompt.len().saturating_add(req.params.max_tokens);
         if total > info.max_context {
             return Err(RequestError::ContextExceeded {
                 prompt: req.prompt.len(),

@@ -1,0 +1,127 @@
+//! Asking every problem of a set through one endpoint and grading answers.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::{equivalent, extract_answer, extract_reference};
+use crate::bench::{self, RunSettings};
+use crate::dataset::Prompt;
+
+/// The instruction put before each problem (`{problem}` is replaced).
+pub const DEFAULT_TEMPLATE: &str =
+    "Solve the problem step by step, then give the final answer as \\boxed{ANSWER}.\n\nProblem: {problem}";
+
+/// One graded problem.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Graded {
+    /// Index in the problem set.
+    pub index: usize,
+    /// Expected answer (extracted from the reference).
+    pub expected: String,
+    /// Answer extracted from the output (`None`: none found).
+    pub given: Option<String>,
+    /// Whether it matches.
+    pub correct: bool,
+    /// Output tokens.
+    pub tokens: usize,
+    /// Output tokens written by the large model, when reported.
+    pub large_tokens: Option<usize>,
+    /// Error, when the request failed.
+    pub error: Option<String>,
+}
+
+/// One method's result on the problem set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EvalReport {
+    /// Method name as shown in tables.
+    pub label: String,
+    /// Problems answered correctly.
+    pub correct: usize,
+    /// Problems asked.
+    pub total: usize,
+    /// Share of output tokens written by the large model, when reported.
+    pub large_share: Option<f64>,
+    /// Wall time of the whole set (s).
+    pub wall_s: f64,
+    /// Output tokens in all.
+    pub output_tokens: usize,
+    /// Concurrency the problems were asked with.
+    pub concurrency: usize,
+    /// Every problem.
+    pub items: Vec<Graded>,
+}
+
+/// Why a set cannot be evaluated.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// A problem has no reference answer to check against.
+    #[error("problem {0} has no reference answer (`answer`, `solution`, ...)")]
+    NoReference(usize),
+}
+
+/// Asks each problem once (greedy unless the settings say otherwise) and
+/// grades it. `settings.num_prompts` is set to the number of problems.
+pub async fn evaluate(
+    label: &str,
+    settings: &RunSettings,
+    problems: &[Prompt],
+    template: &str,
+    large_model: Option<&str>,
+) -> Result<EvalReport, EvalError> {
+    let expected: Vec<String> = problems
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            p.reference
+                .as_deref()
+                .map(extract_reference)
+                .ok_or(EvalError::NoReference(i))
+        })
+        .collect::<Result<_, _>>()?;
+    let prompts: Vec<Prompt> = problems
+        .iter()
+        .map(|p| Prompt {
+            text: template.replace("{problem}", &p.text),
+            ..p.clone()
+        })
+        .collect();
+    let settings = RunSettings {
+        num_prompts: prompts.len(),
+        ..settings.clone()
+    };
+    let t0 = Instant::now();
+    let (records, summary) = bench::run(&settings, Arc::new(prompts), large_model).await;
+    let wall_s = t0.elapsed().as_secs_f64();
+    let items: Vec<Graded> = records
+        .iter()
+        .map(|r| {
+            let o = &r.outcome;
+            let given = o.ok().then(|| extract_answer(&o.text)).flatten();
+            let exp = &expected[r.index];
+            Graded {
+                index: r.index,
+                expected: exp.clone(),
+                correct: given.as_deref().is_some_and(|g| equivalent(g, exp)),
+                given,
+                tokens: o.completion_tokens,
+                large_tokens: large_model.and_then(|m| {
+                    (!o.tokens_by_model.is_empty())
+                        .then(|| o.tokens_by_model.get(m).copied().unwrap_or(0))
+                }),
+                error: o.error.clone(),
+            }
+        })
+        .collect();
+    Ok(EvalReport {
+        label: label.to_string(),
+        correct: items.iter().filter(|g| g.correct).count(),
+        total: items.len(),
+        large_share: summary.large_model_share,
+        wall_s,
+        output_tokens: summary.output_tokens,
+        concurrency: settings.concurrency,
+        items,
+    })
+}

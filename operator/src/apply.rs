@@ -1,0 +1,501 @@
+//! The apply half of a reconcile: decide the group count, build every owned
+//! object, server-side apply them, remove stale ones, write the status.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crds::v1alpha1::{
+    AppliedThresholds, DelayedBatchingMode, Placement, ThresholdSource, TokenRouterDeploymentStatus,
+};
+use crds::TokenRouterDeployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+use tracing::info;
+
+use crate::autoscale::{self, Decision};
+use crate::build::{self, config, name_of, serving, Desired, Inputs};
+use crate::context::Context;
+use crate::controller::key;
+use crate::error::Result;
+use crate::groups;
+use crate::names;
+use crate::status::{self, Observation, SetObservation};
+
+/// A spec problem the API server's schema cannot see, as (reason, message).
+pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
+    let spec = &trd.spec;
+    if spec.models.iter().filter(|m| m.entry).count() != 1 {
+        return Some((
+            "NoEntryModel".into(),
+            "exactly one model must have entry: true".into(),
+        ));
+    }
+    let sim = spec.backend == Some(crds::v1alpha1::Backend::Sim);
+    if let Some(m) = spec.models.iter().find(|m| m.source.is_none() && !sim) {
+        return Some((
+            "ModelSourceMissing".into(),
+            format!(
+                "model {} has no source (pvc, hostPath or imagePath); only backend: sim runs without weights",
+                m.name
+            ),
+        ));
+    }
+    None
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+async fn publish(
+    recorder: &Recorder,
+    trd: &TokenRouterDeployment,
+    kind: EventType,
+    reason: &str,
+    note: String,
+) {
+    let event = Event {
+        type_: kind,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    // An Event that cannot be written must not fail the reconcile.
+    if let Err(e) = recorder.publish(&event, &trd.object_ref(&())).await {
+        tracing::debug!(error = %e, "cannot publish event");
+    }
+}
+
+/// Creates the admin token Secret once and returns the token.
+async fn admin_token(trd: &TokenRouterDeployment, ctx: &Context, ns: &str) -> Result<String> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let name = names::admin_secret(trd);
+    if let Some(secret) = api.get_opt(&name).await? {
+        let token = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(names::ADMIN_TOKEN_KEY))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned());
+        if let Some(token) = token {
+            return Ok(token);
+        }
+    }
+    let token: String = {
+        use rand::Rng;
+        let bytes: [u8; 24] = rand::rng().random();
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    };
+    match api
+        .create(&PostParams::default(), &build::admin_secret(trd, &token))
+        .await
+    {
+        Ok(_) => Ok(token),
+        // Another reconcile (or an operator before a restart) made it first.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let secret = api.get(&name).await?;
+            Ok(secret
+                .data
+                .and_then(|d| {
+                    d.get(names::ADMIN_TOKEN_KEY)
+                        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                })
+                .unwrap_or(token))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The serving StatefulSets' names for the current spec.
+fn serving_names(trd: &TokenRouterDeployment) -> Vec<String> {
+    match trd.spec.placement {
+        Placement::PodPerModel => trd
+            .spec
+            .models
+            .iter()
+            .map(|m| names::model_set(trd, &m.name))
+            .collect(),
+        Placement::PodPerGroup => vec![names::group_set(trd)],
+    }
+}
+
+fn observe_set(name: &str, set: &StatefulSet) -> SetObservation {
+    let status = set.status.clone().unwrap_or_default();
+    SetObservation {
+        name: name.to_string(),
+        ready: status.ready_replicas.unwrap_or(0),
+        // A StatefulSet the controller has not looked at yet has no status.
+        updated: status.updated_replicas.unwrap_or(0),
+        replicas: set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+    }
+}
+
+/// The group count the spec or the autoscaler asks for.
+async fn decide_groups(
+    trd: &TokenRouterDeployment,
+    ctx: &Context,
+    ns: &str,
+    current: Option<i32>,
+) -> (i32, Option<Decision>, Option<u64>) {
+    let auto = &trd.spec.autoscaling;
+    if !auto.enabled {
+        return (trd.spec.groups.max(0), None, None);
+    }
+    let pods = Api::namespaced(ctx.client.clone(), ns);
+    let selector = names::serving_pods_selector(trd, build::gateway::COMPONENT);
+    let load = ctx
+        .probe
+        .gateway_load(&pods, &selector, trd.spec.gateway.port)
+        .await;
+    let now = ctx.started.elapsed().as_secs_f64();
+    let base = current.unwrap_or(auto.min_groups);
+    let decision = ctx.remember(&key(trd), |m| {
+        autoscale::decide(auto, base, load, now, &mut m.history)
+    });
+    (decision.groups, Some(decision), load)
+}
+
+/// The B table in force: the tune loop's while `mode: auto` and it has
+/// applied one, else the spec's.
+fn thresholds_in_force(trd: &TokenRouterDeployment) -> AppliedThresholds {
+    let auto = trd
+        .spec
+        .delayed_batching
+        .as_ref()
+        .is_none_or(|d| d.mode == DelayedBatchingMode::Auto);
+    let previous = trd.status.as_ref().and_then(|s| s.thresholds.clone());
+    if let Some(tuned) = previous
+        .clone()
+        .filter(|t| auto && t.source == ThresholdSource::Tuned)
+    {
+        return tuned;
+    }
+    let table = build::spec_thresholds(trd);
+    let applied_at = previous
+        .filter(|p| p.source == ThresholdSource::Fixed && p.table == table)
+        .and_then(|p| p.applied_at)
+        .or_else(|| Some(now()));
+    AppliedThresholds {
+        table,
+        source: ThresholdSource::Fixed,
+        applied_at,
+    }
+}
+
+async fn ssa<K>(api: &Api<K>, obj: &K) -> Result<K>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    crate::apply_fault::before_apply();
+    let pp = PatchParams::apply(names::FIELD_MANAGER).force();
+    Ok(api.patch(&name_of(obj), &pp, &Patch::Apply(obj)).await?)
+}
+
+/// Applies every desired object; returns the serving sets as the API server
+/// answered (with their status) and the gateway Deployment.
+async fn apply_objects(
+    ctx: &Context,
+    ns: &str,
+    desired: &Desired,
+) -> Result<(Vec<StatefulSet>, Deployment)> {
+    let client = ctx.client.clone();
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let services: Api<Service> = Api::namespaced(client.clone(), ns);
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    // Config first, so new pods find it; the gateway last.
+    ssa(&maps, &desired.engine_config).await?;
+    ssa(&maps, &desired.groups_config).await?;
+    let mut applied = Vec::new();
+    for (set, service) in &desired.serving {
+        ssa(&services, service).await?;
+        applied.push(ssa(&sets, set).await?);
+    }
+    ssa(&services, &desired.gateway_service).await?;
+    let gateway = ssa(&deploys, &desired.gateway).await?;
+    Ok((applied, gateway))
+}
+
+/// Deletes serving sets and Services of models no longer in the spec (or of
+/// the other placement); owned objects only, found by label.
+async fn remove_stale(trd: &TokenRouterDeployment, ctx: &Context, ns: &str) -> Result<Vec<String>> {
+    let keep: BTreeSet<String> = serving_names(trd)
+        .into_iter()
+        .chain([names::gateway(trd)])
+        .collect();
+    let lp = ListParams::default().labels(&names::owned_selector(trd));
+    let mut removed = Vec::new();
+    let sets: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    for set in sets.list(&lp).await? {
+        let name = set.name_any();
+        if !keep.contains(&name) {
+            sets.delete(&name, &DeleteParams::background()).await?;
+            removed.push(format!("statefulset/{name}"));
+        }
+    }
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
+    for svc in services.list(&lp).await? {
+        let name = svc.name_any();
+        if !keep.contains(&name) {
+            services.delete(&name, &DeleteParams::background()).await?;
+            removed.push(format!("service/{name}"));
+        }
+    }
+    Ok(removed)
+}
+
+/// Applies the ServiceMonitor (or removes it); a cluster without the
+/// Prometheus operator's CRD gets a Degraded reason, not a failed reconcile.
+async fn apply_monitor(
+    trd: &TokenRouterDeployment,
+    ctx: &Context,
+    ns: &str,
+    desired: &Desired,
+) -> Option<(String, String)> {
+    let ar = build::service_monitor_resource();
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &ar);
+    match &desired.service_monitor {
+        Some(monitor) => {
+            let pp = PatchParams::apply(names::FIELD_MANAGER).force();
+            match api.patch(&names::instance(trd), &pp, &Patch::Apply(monitor)).await {
+                Ok(_) => None,
+                Err(e) => Some((
+                    "ServiceMonitorUnavailable".into(),
+                    format!("cannot apply the ServiceMonitor (is the Prometheus operator installed?): {e}"),
+                )),
+            }
+        }
+        None => {
+            // Absent kind or object: nothing to remove.
+            let _ = api
+                .delete(&names::instance(trd), &DeleteParams::default())
+                .await;
+            None
+        }
+    }
+}
+
+async fn write_status(
+    api: &Api<TokenRouterDeployment>,
+    trd: &TokenRouterDeployment,
+    status: &TokenRouterDeploymentStatus,
+) -> Result<()> {
+    let patch = json!({ "status": status });
+    api.patch_status(
+        &trd.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// One apply pass for `trd`.
+pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = trd.namespace().unwrap_or_default();
+    let recorder = Recorder::new(ctx.client.clone(), ctx.reporter.clone());
+    let api: Api<TokenRouterDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let old = trd.status.clone().unwrap_or_default();
+    let component = serving::component(trd.spec.placement);
+    let mut status = TokenRouterDeploymentStatus {
+        observed_generation: trd.metadata.generation,
+        selector: Some(names::serving_pods_selector(&trd, component)),
+        ..old.clone()
+    };
+
+    if let Some(problem) = check(&trd) {
+        publish(
+            &recorder,
+            &trd,
+            EventType::Warning,
+            &problem.0,
+            problem.1.clone(),
+        )
+        .await;
+        let computed = status::compute(&Observation {
+            generation: trd.metadata.generation,
+            problem: Some(problem),
+            ..Default::default()
+        });
+        status.conditions = status::carry_transitions(&old.conditions, computed.conditions);
+        write_status(&api, &trd, &status).await?;
+        return Ok(Action::requeue(ctx.settings.resync_period));
+    }
+
+    let result = apply_all(&trd, &ctx, &ns, &recorder, &mut status).await;
+    let problem = match &result {
+        Ok(problem) => problem.clone(),
+        Err(e) => {
+            publish(
+                &recorder,
+                &trd,
+                EventType::Warning,
+                "ApplyFailed",
+                e.to_string(),
+            )
+            .await;
+            Some(("ApplyFailed".to_string(), e.to_string()))
+        }
+    };
+    if let Some(p) = &problem {
+        // Keep what we knew, but say what went wrong.
+        let mut conds = status.conditions.clone();
+        conds.retain(|c| c.type_ != crds::v1alpha1::condition::DEGRADED);
+        conds.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: crds::v1alpha1::condition::DEGRADED.into(),
+            status: "True".into(),
+            reason: p.0.clone(),
+            message: p.1.clone(),
+            observed_generation: trd.metadata.generation,
+            last_transition_time: now(),
+        });
+        status.conditions = status::carry_transitions(&old.conditions, conds);
+    }
+    write_status(&api, &trd, &status).await?;
+    let draining = ctx.remember(&key(&trd), |m| m.drain_since.is_some());
+    result?;
+    Ok(Action::requeue(
+        if trd.spec.autoscaling.enabled || draining {
+            ctx.settings.autoscale_period
+        } else {
+            ctx.settings.resync_period
+        },
+    ))
+}
+
+/// Everything after the spec check; fills `status` and returns a
+/// non-fatal problem, if any.
+async fn apply_all(
+    trd: &TokenRouterDeployment,
+    ctx: &Context,
+    ns: &str,
+    recorder: &Recorder,
+    status: &mut TokenRouterDeploymentStatus,
+) -> Result<Option<(String, String)>> {
+    let token = admin_token(trd, ctx, ns).await?;
+    let sets_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
+    let entry_set = serving::entry_set(trd);
+    let existing = sets_api.get_opt(&entry_set).await?;
+    let current = existing.as_ref().and_then(|s| s.spec.as_ref()?.replicas);
+    let mut ready_before = i32::MAX;
+    for name in serving_names(trd) {
+        let ready = match sets_api.get_opt(&name).await? {
+            Some(set) => observe_set(&name, &set).ready,
+            None => 0,
+        };
+        ready_before = ready_before.min(ready);
+    }
+    let (desired, decision, load) = decide_groups(trd, ctx, ns, current).await;
+    // Scale-down: unlisted groups must drain before their pods go.
+    let drained = match current {
+        Some(cur) if cur > desired => {
+            let since = ctx.remember(&key(trd), |m| {
+                *m.drain_since.get_or_insert_with(Instant::now)
+            });
+            let mut inflight = Vec::new();
+            for k in desired..cur {
+                let url = config::group_url(trd, ns, k);
+                inflight.push(ctx.probe.inflight(&url, Some(&token)).await);
+            }
+            groups::drained(&ctx.settings.drain, since.elapsed(), &inflight)
+        }
+        _ => false,
+    };
+    let plan = groups::plan(current, desired, ready_before.max(0), drained);
+    if !plan.draining {
+        ctx.remember(&key(trd), |m| m.drain_since = None);
+    }
+    let thresholds = thresholds_in_force(trd);
+    let desired_objs = build::desired(
+        trd,
+        &Inputs {
+            namespace: ns.to_string(),
+            replicas: plan.replicas,
+            listed_groups: plan.listed,
+            thresholds: thresholds.table.clone(),
+        },
+    );
+    let (applied, gateway) = apply_objects(ctx, ns, &desired_objs).await?;
+    let removed = remove_stale(trd, ctx, ns).await?;
+    if !removed.is_empty() {
+        publish(
+            recorder,
+            trd,
+            EventType::Normal,
+            "Removed",
+            format!("removed {}", removed.join(", ")),
+        )
+        .await;
+    }
+    let monitor_problem = apply_monitor(trd, ctx, ns, &desired_objs).await;
+
+    if current.is_some_and(|c| c != plan.replicas) {
+        ctx.metrics.scalings.inc();
+        let why = decision
+            .map(|d| format!(" ({:?})", d.reason))
+            .unwrap_or_default();
+        publish(
+            recorder,
+            trd,
+            EventType::Normal,
+            "Scaled",
+            format!("groups {} -> {}{why}", current.unwrap_or(0), plan.replicas),
+        )
+        .await;
+        status.last_scale_time = Some(now());
+    }
+    if status.observed_generation != trd.status.as_ref().and_then(|s| s.observed_generation) {
+        info!(resource = %key(trd), generation = ?trd.metadata.generation, "applied");
+        publish(
+            recorder,
+            trd,
+            EventType::Normal,
+            "Applied",
+            format!(
+                "applied generation {}: {} groups",
+                trd.metadata.generation.unwrap_or(0),
+                plan.replicas
+            ),
+        )
+        .await;
+    }
+    let names: Vec<String> = serving_names(trd);
+    let sets: Vec<SetObservation> = applied
+        .iter()
+        .zip(&names)
+        .map(|(set, name)| {
+            let label = match trd.spec.placement {
+                Placement::PodPerModel => name
+                    .strip_prefix(&format!("{}-", names::instance(trd)))
+                    .unwrap_or(name)
+                    .to_string(),
+                Placement::PodPerGroup => "group".to_string(),
+            };
+            observe_set(&label, set)
+        })
+        .collect();
+    let gw_status = gateway.status.clone().unwrap_or_default();
+    let computed = status::compute(&Observation {
+        generation: trd.metadata.generation,
+        desired_groups: desired,
+        sets,
+        gateway_ready: gw_status.ready_replicas.unwrap_or(0),
+        gateway_replicas: trd.spec.gateway.replicas,
+        problem: monitor_problem.clone(),
+    });
+    let old = trd.status.clone().unwrap_or_default();
+    status.conditions = status::carry_transitions(&old.conditions, computed.conditions);
+    status.groups = computed.groups;
+    status.desired_groups = desired;
+    status.models = computed.models;
+    status.thresholds = Some(thresholds);
+    status.observed_concurrency = load.and_then(|l| i64::try_from(l).ok());
+    Ok(monitor_problem)
+}

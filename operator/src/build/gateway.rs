@@ -1,0 +1,158 @@
+//! The gateway: a Deployment of `tokenrouter gateway` and its Service. It
+//! reads the group list from the groups ConfigMap the operator keeps (so a
+//! scale-down can stop traffic to a group before its pods go) and the
+//! tokenizer from the entry model's weights.
+
+use std::collections::BTreeMap;
+
+use crds::v1alpha1::ServiceType;
+use crds::TokenRouterDeployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, PodSpec, PodTemplateSpec, Service,
+    ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::meta;
+use super::pod::{self, container_security};
+use super::serving::entry_model;
+use crate::names;
+
+/// Component label of the gateway pods.
+pub const COMPONENT: &str = "gateway";
+
+fn groups_volume(trd: &TokenRouterDeployment) -> (Volume, VolumeMount) {
+    (
+        Volume {
+            name: "groups".into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: names::groups_config(trd),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: "groups".into(),
+            mount_path: names::GROUPS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+    )
+}
+
+/// The gateway Deployment.
+pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment {
+    let g = &trd.spec.gateway;
+    let entry = entry_model(trd);
+    let (config_vol, config_mount) = pod::config_volume(trd);
+    let (tmp_vol, tmp_mount) = pod::tmp_volume();
+    let (groups_vol, groups_mount) = groups_volume(trd);
+    let mut volumes = vec![config_vol, tmp_vol, groups_vol];
+    let mut mounts = vec![config_mount, tmp_mount, groups_mount];
+    if let Some((v, m)) = pod::model_volume(entry) {
+        volumes.push(v);
+        mounts.push(m);
+    }
+    let mut env = Vec::new();
+    if let Some(secret) = &g.api_key_secret_ref {
+        env.push(pod::secret_env(
+            names::API_KEYS_ENV,
+            &secret.name,
+            secret.key.as_deref().unwrap_or("api-keys"),
+        ));
+    }
+    let mut container = Container {
+        name: "gateway".into(),
+        image: Some(
+            g.image
+                .clone()
+                .unwrap_or_else(|| pod::model_image(trd, entry)),
+        ),
+        args: Some(vec![
+            "gateway".into(),
+            "--config".into(),
+            format!("{}/{}", names::CONFIG_DIR, names::GROUP_CONFIG_KEY),
+        ]),
+        ports: Some(vec![ContainerPort {
+            name: Some("http".into()),
+            container_port: g.port,
+            ..Default::default()
+        }]),
+        env: (!env.is_empty()).then_some(env),
+        resources: g.resources.clone(),
+        volume_mounts: Some(mounts),
+        security_context: Some(container_security()),
+        ..Default::default()
+    };
+    pod::probes(&mut container, "http");
+    let annotations = BTreeMap::from([
+        (names::CONFIG_HASH.to_string(), config_hash.to_string()),
+        ("prometheus.io/scrape".into(), "true".into()),
+        ("prometheus.io/port".into(), g.port.to_string()),
+        ("prometheus.io/path".into(), "/metrics".into()),
+    ]);
+    Deployment {
+        metadata: meta(
+            trd,
+            &names::gateway(trd),
+            names::labels(trd, COMPONENT, None),
+        ),
+        spec: Some(DeploymentSpec {
+            replicas: Some(g.replicas),
+            selector: LabelSelector {
+                match_labels: Some(names::selector_labels(trd, COMPONENT, None)),
+                ..Default::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(names::labels(trd, COMPONENT, None)),
+                    annotations: Some(annotations),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(volumes),
+                    security_context: Some(pod::pod_security()),
+                    automount_service_account_token: Some(false),
+                    enable_service_links: Some(false),
+                    // The gateway drains in-flight requests on SIGTERM.
+                    termination_grace_period_seconds: Some(45),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The gateway Service (the one endpoint users call).
+pub fn service(trd: &TokenRouterDeployment) -> Service {
+    let g = &trd.spec.gateway;
+    let service_type = match g.service_type {
+        ServiceType::ClusterIP => "ClusterIP",
+        ServiceType::NodePort => "NodePort",
+        ServiceType::LoadBalancer => "LoadBalancer",
+    };
+    Service {
+        metadata: meta(
+            trd,
+            &names::gateway(trd),
+            names::labels(trd, COMPONENT, None),
+        ),
+        spec: Some(ServiceSpec {
+            type_: Some(service_type.into()),
+            selector: Some(names::selector_labels(trd, COMPONENT, None)),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: g.port,
+                target_port: Some(IntOrString::String("http".into())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}

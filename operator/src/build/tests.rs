@@ -1,0 +1,353 @@
+//! Builder tests: every object from a resource, without a cluster.
+
+use std::collections::BTreeMap;
+
+use crds::v1alpha1::{MpsDaemon, MpsSpec, NodePoolSpec, Placement};
+use crds::TokenRouterDeployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Container, PodSpec};
+
+use super::*;
+
+/// A two-model R2R resource (`podPerModel`, PVC weights).
+pub(crate) fn sample() -> TokenRouterDeployment {
+    let yaml = r#"
+apiVersion: tokenrouter.io/v1alpha1
+kind: TokenRouterDeployment
+metadata: {name: demo, namespace: ai, uid: "1234", generation: 2}
+spec:
+  image: example.com/tokenrouter:1
+  models:
+    - name: small
+      entry: true
+      source: {pvc: {claimName: weights, subPath: qwen3-0.6b}}
+      resources: {limits: {nvidia.com/gpu: "1"}}
+    - name: big
+      source: {pvc: {claimName: weights, subPath: qwen3-32b}}
+      dtype: bf16
+      policyKwargs: {threshold: 0.5}
+  policy: {class: R2R, kwargs: {router_path: /models/router, threshold: 0.3}, targetLargeShare: 0.2}
+  executionMode: async_delayed
+  delayedBatching: {mode: fixed, thresholds: {small: [1, 2], big: [1, 1]}, maxBatchWaitMs: 20}
+  gateway: {servedModelName: qwen-routed, apiKeySecretRef: {name: keys}}
+"#;
+    serde_yaml::from_str(yaml).unwrap()
+}
+
+fn inputs(replicas: i32) -> Inputs {
+    Inputs {
+        namespace: "ai".into(),
+        replicas,
+        listed_groups: replicas,
+        thresholds: spec_thresholds(&sample()),
+    }
+}
+
+fn pod(set: &StatefulSet) -> &PodSpec {
+    set.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn main_container(set: &StatefulSet) -> &Container {
+    &pod(set).containers[0]
+}
+
+fn env_value<'a>(c: &'a Container, name: &str) -> Option<&'a str> {
+    c.env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .as_deref()
+}
+
+#[test]
+fn pod_per_model_builds_one_set_and_headless_service_per_model() {
+    let d = desired(&sample(), &inputs(3));
+    assert_eq!(d.serving.len(), 2);
+    for ((set, svc), model) in d.serving.iter().zip(["small", "big"]) {
+        assert_eq!(name_of(set), format!("demo-{model}"));
+        assert_eq!(name_of(svc), format!("demo-{model}"));
+        let spec = set.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(3), "replicas = groups");
+        assert_eq!(spec.service_name.as_deref(), Some(name_of(svc).as_str()));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        let svc_spec = svc.spec.as_ref().unwrap();
+        assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(svc_spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(svc_spec.selector, spec.selector.match_labels);
+        let owner = &set.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.controller),
+            ("TokenRouterDeployment", Some(true))
+        );
+        let c = main_container(set);
+        assert_eq!(
+            c.args.as_ref().unwrap(),
+            &vec![
+                "subserver".to_string(),
+                "--config".into(),
+                format!("/etc/tokenrouter/{model}.yaml"),
+                "--model".into(),
+                model.into(),
+                "--admin".into(),
+                "0.0.0.0:8080".into(),
+            ]
+        );
+        let probe = c
+            .readiness_probe
+            .as_ref()
+            .unwrap()
+            .http_get
+            .as_ref()
+            .unwrap();
+        assert_eq!(probe.path.as_deref(), Some("/health"));
+        let env: Vec<&str> = c
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(env.contains(&"TOKENROUTER_GROUP") && env.contains(&"TOKENROUTER_ADMIN_TOKEN"));
+        let sec = c.security_context.as_ref().unwrap();
+        assert_eq!(sec.read_only_root_filesystem, Some(true));
+        assert_eq!(
+            pod(set).security_context.as_ref().unwrap().run_as_non_root,
+            Some(true)
+        );
+        let mounts = c.volume_mounts.as_ref().unwrap();
+        let weights = mounts
+            .iter()
+            .find(|m| m.mount_path == format!("/models/{model}"))
+            .unwrap();
+        assert_eq!(weights.read_only, Some(true));
+    }
+    // The group's other models sit beside its entry pod (same ordinal).
+    let big = pod(&d.serving[1].0);
+    let terms = big
+        .affinity
+        .as_ref()
+        .unwrap()
+        .pod_affinity
+        .as_ref()
+        .unwrap();
+    let term = &terms
+        .preferred_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        term.pod_affinity_term.match_label_keys.as_ref().unwrap(),
+        &vec![names::POD_INDEX.to_string()]
+    );
+    assert!(
+        pod(&d.serving[0].0).affinity.is_none(),
+        "the entry pod anchors its group"
+    );
+}
+
+#[test]
+fn engine_config_renders_per_model_addresses_and_kwargs() {
+    let trd = sample();
+    let data = config::engine_data(&trd, "ai", &spec_thresholds(&trd));
+    assert_eq!(data.len(), 3, "engine.yaml + one per model");
+    let big: serde_json::Value = serde_yaml::from_str(&data["big.yaml"]).unwrap();
+    assert_eq!(
+        big["scheduler_kwargs"]["threshold"], 0.5,
+        "the model's override wins"
+    );
+    assert_eq!(big["scheduler_kwargs"]["router_path"], "/models/router");
+    assert_eq!(
+        big["transport"]["addresses"]["big"],
+        "demo-big-${TOKENROUTER_GROUP:-0}.demo-big.ai.svc:7000"
+    );
+    assert_eq!(big["model"]["big"]["path"], "/models/big");
+    assert_eq!(big["model"]["big"]["dtype"], "bf16");
+    assert_eq!(big["system"]["entry_model"], "small");
+    assert_eq!(
+        big["delayed_batching_threshold"]["small"],
+        serde_json::json!([1, 2])
+    );
+    assert_eq!(big["gateway"]["served_model_name"], "qwen-routed");
+    assert_eq!(big["gateway"]["api_keys_env"], names::API_KEYS_ENV);
+    let group: serde_json::Value = serde_yaml::from_str(&data["engine.yaml"]).unwrap();
+    assert_eq!(group["scheduler_kwargs"]["threshold"], 0.3);
+}
+
+#[test]
+fn edits_change_the_config_hash_and_tuned_tables_do_not() {
+    let trd = sample();
+    let base = desired(&trd, &inputs(1));
+    let hash = |d: &Desired| {
+        d.serving[0]
+            .0
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[names::CONFIG_HASH]
+            .clone()
+    };
+    let mut tuned = inputs(1);
+    tuned.thresholds = BTreeMap::from([("small".into(), vec![4, 4])]);
+    let retuned = desired(&trd, &tuned);
+    assert_eq!(hash(&base), hash(&retuned));
+    assert_ne!(base.engine_config.data, retuned.engine_config.data);
+    let mut edited = trd.clone();
+    edited.spec.policy.kwargs = Some(serde_json::json!({"threshold": 0.9}));
+    let edited = desired(&edited, &inputs(1));
+    assert_ne!(hash(&base), hash(&edited));
+    // Every model's pods roll together: they share the hash.
+    assert_eq!(hash(&edited), {
+        let d = &edited;
+        d.serving[1]
+            .0
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .annotations
+            .as_ref()
+            .unwrap()[names::CONFIG_HASH]
+            .clone()
+    });
+}
+
+#[test]
+fn pod_per_group_runs_every_model_in_one_pod() {
+    let mut trd = sample();
+    trd.spec.placement = Placement::PodPerGroup;
+    let d = desired(&trd, &inputs(2));
+    assert_eq!(d.serving.len(), 1);
+    let (set, svc) = &d.serving[0];
+    assert_eq!(name_of(set), "demo-group");
+    assert_eq!(name_of(svc), "demo-group");
+    let c = main_container(set);
+    let args = c.args.as_ref().unwrap();
+    assert!(args.contains(&"--all-models".to_string()));
+    assert!(args.contains(&"/etc/tokenrouter/engine.yaml".to_string()));
+    let mounts: Vec<&str> = c
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    assert!(mounts.contains(&"/models/small") && mounts.contains(&"/models/big"));
+    let cfg: serde_json::Value =
+        serde_yaml::from_str(&d.engine_config.data.as_ref().unwrap()["engine.yaml"]).unwrap();
+    assert_eq!(cfg["transport"]["kind"], "inproc");
+    let groups = &d.groups_config.data.as_ref().unwrap()[names::GROUPS_KEY];
+    assert!(groups.contains("http://demo-group-1.demo-group.ai.svc:8080"));
+}
+
+#[test]
+fn mps_adds_pool_env_shared_dir_required_affinity_and_sidecar() {
+    let mut trd = sample();
+    trd.spec.node_pool = Some(NodePoolSpec {
+        node_selector: Some(BTreeMap::from([("pool".into(), "mps".into())])),
+        tolerations: None,
+        mps: Some(MpsSpec {
+            enabled: true,
+            active_thread_percentage: Some(BTreeMap::from([
+                ("small".into(), 30),
+                ("big".into(), 70),
+            ])),
+            pipe_directory: None,
+            daemon: MpsDaemon::Sidecar,
+        }),
+    });
+    let d = desired(&trd, &inputs(1));
+    for ((set, _), pct) in d.serving.iter().zip(["30", "70"]) {
+        let c = main_container(set);
+        assert_eq!(env_value(c, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some(pct));
+        assert_eq!(
+            env_value(c, "CUDA_MPS_PIPE_DIRECTORY"),
+            Some(mps::DEFAULT_PIPE_DIR)
+        );
+        assert!(env_value(c, "CUDA_MPS_LOG_DIRECTORY").is_some());
+        let p = pod(set);
+        assert_eq!(p.node_selector.as_ref().unwrap()["pool"], "mps");
+        let sidecar = &p.init_containers.as_ref().unwrap()[0];
+        assert_eq!(
+            sidecar.command.as_ref().unwrap()[0],
+            "nvidia-cuda-mps-control"
+        );
+        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+    }
+    let big = pod(&d.serving[1].0);
+    let affinity = big
+        .affinity
+        .as_ref()
+        .unwrap()
+        .pod_affinity
+        .as_ref()
+        .unwrap();
+    assert!(affinity
+        .required_during_scheduling_ignored_during_execution
+        .is_some());
+    // The device plugin variant has no sidecar.
+    if let Some(mps) = trd.spec.node_pool.as_mut().and_then(|p| p.mps.as_mut()) {
+        mps.daemon = MpsDaemon::DevicePlugin;
+    }
+    let d = desired(&trd, &inputs(1));
+    assert!(pod(&d.serving[0].0).init_containers.is_none());
+}
+
+#[test]
+fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
+    let mut i = inputs(3);
+    i.listed_groups = 2;
+    let d = desired(&sample(), &i);
+    let groups = &d.groups_config.data.as_ref().unwrap()[names::GROUPS_KEY];
+    let urls: Vec<&str> = groups.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(
+        urls,
+        vec![
+            "http://demo-small-0.demo-small.ai.svc:8080",
+            "http://demo-small-1.demo-small.ai.svc:8080"
+        ]
+    );
+    let spec = d.gateway.spec.as_ref().unwrap();
+    let c = &spec.template.spec.as_ref().unwrap().containers[0];
+    assert_eq!(c.args.as_ref().unwrap()[0], "gateway");
+    let keys = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| e.name == names::API_KEYS_ENV)
+        .unwrap();
+    let secret = keys
+        .value_from
+        .as_ref()
+        .unwrap()
+        .secret_key_ref
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        (secret.name.as_str(), secret.key.as_str()),
+        ("keys", "api-keys")
+    );
+    let svc = d.gateway_service.spec.as_ref().unwrap();
+    assert_eq!(svc.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(svc.ports.as_ref().unwrap()[0].port, 8000);
+    assert!(d.service_monitor.is_none());
+}
+
+#[test]
+fn service_monitor_when_asked() {
+    let mut trd = sample();
+    trd.spec.service_monitor = true;
+    let d = desired(&trd, &inputs(1));
+    let m = d.service_monitor.unwrap();
+    assert_eq!(m.types.as_ref().unwrap().kind, "ServiceMonitor");
+    assert_eq!(m.data["spec"]["endpoints"][0]["port"], "admin");
+}

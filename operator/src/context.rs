@@ -1,0 +1,102 @@
+//! What every reconcile shares: the client, the event reporter, metrics,
+//! the HTTP probe, settings, and per-resource memory (autoscaler history,
+//! drain start, error backoff). The memory is only an optimisation: after a
+//! restart it starts empty and every decision stays safe (no scale-down
+//! before a full window, a fresh drain wait).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use kube::runtime::events::Reporter;
+use kube::Client;
+
+use crate::autoscale::History;
+use crate::groups::DrainPolicy;
+use crate::metrics::Metrics;
+use crate::probe::HttpProbe;
+
+/// Operator settings (from the command line).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// How long a scale-down waits.
+    pub drain: DrainPolicy,
+    /// Requeue period while the operator autoscales.
+    pub autoscale_period: Duration,
+    /// Requeue period otherwise (a resync).
+    pub resync_period: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            drain: DrainPolicy::default(),
+            autoscale_period: Duration::from_secs(15),
+            resync_period: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Memory about one resource (keyed by namespace/name).
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Autoscaler recommendations.
+    pub history: History,
+    /// When the current scale-down unlisted its groups.
+    pub drain_since: Option<Instant>,
+    /// Consecutive failed reconciles (for the backoff).
+    pub failures: u32,
+}
+
+/// The controller's shared state.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Who the Events say they come from.
+    pub reporter: Reporter,
+    /// Reconcile metrics.
+    pub metrics: Metrics,
+    /// Pod metrics reader.
+    pub probe: HttpProbe,
+    /// Settings.
+    pub settings: Settings,
+    /// Monotonic clock origin of the autoscaler's history.
+    pub started: Instant,
+    memory: Mutex<HashMap<String, Memory>>,
+}
+
+impl Context {
+    /// A context for `client`.
+    pub fn new(client: Client, metrics: Metrics, settings: Settings) -> Self {
+        Self {
+            client,
+            reporter: Reporter {
+                controller: crate::names::FIELD_MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+            metrics,
+            probe: HttpProbe::new(Duration::from_secs(3)),
+            settings,
+            started: Instant::now(),
+            memory: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Runs `f` on the memory of resource `key`.
+    pub fn remember<T>(&self, key: &str, f: impl FnOnce(&mut Memory) -> T) -> T {
+        f(self
+            .memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.to_string())
+            .or_default())
+    }
+
+    /// Forgets a deleted resource.
+    pub fn forget(&self, key: &str) {
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+}

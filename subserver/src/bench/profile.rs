@@ -1,0 +1,166 @@
+//! A measured step-time profile of the tch engine: decode step time against
+//! batch size and one prefill step, fitted to the sim backend's linear
+//! latency model (`base + per_seq * B + per_token * T`). `make bench-engine`
+//! measures it (bare forward) and saves it as JSON beside its page; `make
+//! bench-ablation` reads that file (or a GPU machine's) and scales it to
+//! the paper's step times.
+
+use std::path::Path;
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::config::KvBudget;
+use crate::error::EngineError;
+use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use crate::runner::{ModelRunner, StepBatch, StepItem};
+
+/// Step times of one model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StepProfile {
+    /// Mean decode step (ms) per batch size.
+    pub decode_ms: Vec<(usize, f64)>,
+    /// Prompt tokens of the prefill measurement.
+    pub prefill_tokens: usize,
+    /// One prefill step of one sequence (ms).
+    pub prefill_ms: f64,
+}
+
+/// The profile as fractions of a one-sequence, one-token step: the step of
+/// B sequences bringing T new tokens takes `L * (base + per_seq*B + per_token*T)`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RelativeCosts {
+    /// Fixed part.
+    pub base: f64,
+    /// Per sequence in the batch.
+    pub per_seq: f64,
+    /// Per new token in the batch.
+    pub per_token: f64,
+}
+
+impl RelativeCosts {
+    /// `(base, per_seq, per_token)` in ms for a model whose one-token step takes `l_ms`.
+    pub fn scaled(&self, l_ms: f64) -> (f64, f64, f64) {
+        (self.base * l_ms, self.per_seq * l_ms, self.per_token * l_ms)
+    }
+}
+
+impl StepProfile {
+    /// Fits the linear model: decode steps give `a + (s + t) B` by least
+    /// squares; the prefill step of T tokens separates `t` from `s`.
+    pub fn relative(&self) -> RelativeCosts {
+        let n = self.decode_ms.len() as f64;
+        let (sx, sy) = self
+            .decode_ms
+            .iter()
+            .fold((0.0, 0.0), |(x, y), &(b, ms)| (x + b as f64, y + ms));
+        let (mx, my) = (sx / n.max(1.0), sy / n.max(1.0));
+        let (mut sxy, mut sxx) = (0.0, 0.0);
+        for &(b, ms) in &self.decode_ms {
+            sxy += (b as f64 - mx) * (ms - my);
+            sxx += (b as f64 - mx).powi(2);
+        }
+        let k = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
+        let a = (my - k * mx).max(0.0);
+        let one = (a + k).max(1e-9);
+        let t = if self.prefill_tokens > 1 {
+            ((self.prefill_ms - a - k) / (self.prefill_tokens - 1) as f64).clamp(0.0, k)
+        } else {
+            0.0
+        };
+        RelativeCosts {
+            base: a / one,
+            per_seq: (k - t) / one,
+            per_token: t / one,
+        }
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+/// Greedy decode of `batch` random prompts: returns (prefill ms, mean decode step ms).
+pub fn decode_run(
+    model: &Path,
+    batch: usize,
+    prompt_tokens: usize,
+    steps: usize,
+) -> Result<(f64, f64), EngineError> {
+    let mut opts = TchRunnerOptions::new(model);
+    opts.kv_budget = KvBudget::Tokens(batch * (prompt_tokens + steps + 16));
+    opts.enable_prefix_cache = false;
+    let mut runner = TchRunner::load(&opts)?;
+    let vocab = runner.info().vocab_size as u32;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(batch as u64);
+    let mut step = StepBatch::default();
+    for rid in 0..batch as u64 {
+        let prompt: Vec<u32> = (0..prompt_tokens)
+            .map(|_| rng.random_range(100..vocab - 1))
+            .collect();
+        runner.kv().admit(rid, &prompt)?;
+        step.items.push(StepItem {
+            rid,
+            start: 0,
+            tokens: prompt,
+        });
+    }
+    let mut forward = |step: &mut StepBatch| -> Result<(), EngineError> {
+        let rows = runner.forward(step)?.logits_rows()?;
+        for (item, row) in step.items.iter_mut().zip(rows) {
+            item.start += item.tokens.len();
+            item.tokens = vec![argmax(&row)];
+        }
+        Ok(())
+    };
+    let t0 = Instant::now();
+    forward(&mut step)?;
+    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t0 = Instant::now();
+    for _ in 0..steps.max(1) {
+        forward(&mut step)?;
+    }
+    Ok((
+        prefill_ms,
+        t0.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64,
+    ))
+}
+
+impl StepProfile {
+    /// Reads a profile saved as JSON.
+    pub fn load(path: &Path) -> Result<Self, EngineError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| EngineError::InvalidRequest(format!("{}: {e}", path.display())))?;
+        let p: Self = serde_json::from_str(&text)
+            .map_err(|e| EngineError::InvalidRequest(format!("{}: {e}", path.display())))?;
+        if p.decode_ms.is_empty() {
+            return Err(EngineError::InvalidRequest(format!(
+                "{}: no decode steps in the profile",
+                path.display()
+            )));
+        }
+        Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_recovers_a_linear_profile() {
+        // a = 50, s = 3, t = 2: decode 50 + 5B; prefill of 33 tokens = 50 + 3 + 66.
+        let p = StepProfile {
+            decode_ms: vec![(1, 55.0), (4, 70.0), (16, 130.0)],
+            prefill_tokens: 33,
+            prefill_ms: 119.0,
+        };
+        let r = p.relative();
+        assert!((r.base - 50.0 / 55.0).abs() < 1e-9);
+        assert!((r.per_seq - 3.0 / 55.0).abs() < 1e-9);
+        assert!((r.per_token - 2.0 / 55.0).abs() < 1e-9);
+        let (b, s, t) = r.scaled(27.9);
+        assert!((b + s + t - 27.9).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,342 @@
+//! Peer faults between processes: the large model runs as a `tokenrouter
+//! subserver` process, the entry model here, and the entry reaches it
+//! through a TCP proxy the test controls. Delayed frames slow requests
+//! down; dropped frames and a killed process fail the requests pending on
+//! the peer with a clear error within the peer timeout; no request hangs,
+//! no KV stays held, and a restarted peer rejoins without restarting the
+//! entry.
+
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use subserver::config::EngineConfig;
+use subserver::sampling::SamplingParams;
+use subserver::scheduler::client::{RequestError, StreamEvent, Usage};
+use subserver::service::member::MemberService;
+
+/// Deadline of every wait: only a hang reaches it, even on a loaded machine.
+const HANG: Duration = Duration::from_secs(90);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// What the proxy does with the bytes it forwards.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Pass,
+    /// Holds every chunk this long before forwarding it.
+    Delay(Duration),
+    /// Reads and discards: frames vanish, the connection stays open.
+    Drop,
+}
+
+/// A TCP proxy from `listen` to `to` on loopback, both directions.
+struct Proxy {
+    mode: Arc<Mutex<Mode>>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<thread::JoinHandle<()>>,
+}
+
+impl Proxy {
+    fn start(listen: u16, to: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", listen)).unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let mode = Arc::new(Mutex::new(Mode::Pass));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptor = {
+            let (mode, conns, stop) = (mode.clone(), conns.clone(), stop.clone());
+            thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok((client, _)) = listener.accept() else {
+                        thread::sleep(Duration::from_millis(5));
+                        continue;
+                    };
+                    client.set_nonblocking(false).unwrap();
+                    let Ok(server) = TcpStream::connect(("127.0.0.1", to)) else {
+                        continue; // the peer is down: the client sees a close
+                    };
+                    for s in [&client, &server] {
+                        conns.lock().unwrap().push(s.try_clone().unwrap());
+                    }
+                    for (from, into) in [
+                        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                        (server, client),
+                    ] {
+                        let (mode, stop) = (mode.clone(), stop.clone());
+                        thread::spawn(move || pump(from, into, &mode, &stop));
+                    }
+                }
+            })
+        };
+        Self {
+            mode,
+            conns,
+            stop,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    fn set(&self, m: Mode) {
+        *self.mode.lock().unwrap() = m;
+    }
+
+    /// Resets every open connection (frames in flight are lost).
+    fn cut(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.cut();
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+    }
+}
+
+fn pump(mut from: TcpStream, mut into: TcpStream, mode: &Mutex<Mode>, stop: &AtomicBool) {
+    from.set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut buf = [0u8; 16 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        };
+        let m = *mode.lock().unwrap();
+        match m {
+            Mode::Pass => {}
+            Mode::Delay(d) => thread::sleep(d),
+            Mode::Drop => continue,
+        }
+        if into.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = into.shutdown(Shutdown::Write);
+}
+
+/// The group: quick (here) and reference (a child process); `reference_at`
+/// is where quick dials the reference (the proxy), `listen_at` where the
+/// reference listens.
+fn config(dir: &Path, name: &str, quick: u16, reference_at: u16) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+model:
+  quick: {{sim: {{latency_ms: {{base: 1.0, per_seq: 0.0, per_token: 0.0}}, vocab_size: 5000}}}}
+  reference: {{sim: {{latency_ms: {{base: 2.0, per_seq: 0.0, per_token: 0.0}}, vocab_size: 5000}}}}
+system: {{entry_model: quick, kv_cache_tokens: 65536}}
+scheduler_class: Random
+scheduler_kwargs: {{probability: 0.4, seed: 5}}
+backend: sim
+transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{quick}", reference: "127.0.0.1:{reference_at}"}}, peer_timeout_ms: 2000}}
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn_reference(cfg: &Path) -> Killed {
+    Killed(
+        Command::new(common::binary())
+            .args(["subserver", "--config"])
+            .arg(cfg)
+            .args(["--model", "reference"])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// How one request ended.
+fn finish(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
+) -> Result<Usage, RequestError> {
+    let deadline = Instant::now() + HANG;
+    loop {
+        assert!(Instant::now() < deadline, "a request hung");
+        match rx.try_recv() {
+            Ok(StreamEvent::Finished { usage, .. }) => return Ok(usage),
+            Ok(StreamEvent::Failed(e)) => return Err(e),
+            Ok(StreamEvent::Token { .. }) => {}
+            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
+                thread::sleep(Duration::from_millis(2))
+            }
+            Err(e) => panic!("stream ended without an outcome: {e}"),
+        }
+    }
+}
+
+/// Runs `n` requests at once; their outcomes.
+fn burst(entry: &MemberService, n: u32, max_tokens: usize) -> Vec<Result<Usage, RequestError>> {
+    let rxs: Vec<_> = (0..n)
+        .map(|i| {
+            entry
+                .member()
+                .submit(
+                    vec![i + 1, 2, 3],
+                    SamplingParams::greedy(max_tokens),
+                    Default::default(),
+                )
+                .1
+        })
+        .collect();
+    rxs.into_iter().map(|mut rx| finish(&mut rx)).collect()
+}
+
+/// Every request succeeded with both models writing.
+fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
+    let mut large = 0;
+    for o in outcomes {
+        let u = o.as_ref().unwrap_or_else(|e| panic!("failed: {e}"));
+        assert_eq!(u.tokens_by_model.iter().sum::<usize>(), max_tokens);
+        large += u.tokens_by_model[1];
+    }
+    assert!(large > 0, "the reference wrote nothing");
+}
+
+/// Submits bursts until one is served entirely (the peer is back).
+fn until_served(entry: &MemberService, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < HANG, "{what}: the peer never rejoined");
+        let outcomes = burst(entry, 4, 20);
+        if outcomes.iter().all(Result::is_ok) {
+            all_served(&outcomes, 20);
+            println!("{what}: rejoined after {:?}", t0.elapsed());
+            return;
+        }
+    }
+}
+
+/// Pending requests failed with the peer named; the entry holds no KV.
+fn failed_cleanly(outcomes: &[Result<Usage, RequestError>], entry: &MemberService) {
+    let failed = outcomes
+        .iter()
+        .filter(|o| matches!(o, Err(RequestError::PeerFailed { model: 1, .. })))
+        .count();
+    assert!(
+        failed > 0,
+        "no request failed on the dead peer: {outcomes:?}"
+    );
+    for o in outcomes {
+        assert!(
+            matches!(o, Ok(_) | Err(RequestError::PeerFailed { model: 1, .. })),
+            "{o:?}"
+        );
+    }
+    let t0 = Instant::now();
+    while entry.member().stats().kv_requests != 0 || entry.member().stats().active != 0 {
+        let s = entry.member().stats();
+        assert!(
+            t0.elapsed() < HANG,
+            "KV or requests still held after the failures: {} requests hold KV, active {}, \
+             running {} waiting {} pending {}",
+            s.kv_requests,
+            s.active,
+            s.running,
+            s.waiting,
+            s.pending
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
+    let dir = tempfile::tempdir().unwrap();
+    let (quick, proxy_port, reference) = (free_port(), free_port(), free_port());
+    // The entry dials the proxy; the reference listens behind it.
+    let entry_cfg = config(dir.path(), "entry.yaml", quick, proxy_port);
+    let reference_cfg = config(dir.path(), "reference.yaml", quick, reference);
+    let proxy = Proxy::start(proxy_port, reference);
+    let mut child = spawn_reference(&reference_cfg);
+    let cfg = EngineConfig::from_file(&entry_cfg).unwrap();
+    let entry = MemberService::start(&cfg, "quick", None).unwrap();
+    until_served(&entry, "start");
+
+    // Delayed frames: slower, still correct.
+    proxy.set(Mode::Delay(Duration::from_millis(20)));
+    all_served(&burst(&entry, 4, 20), 20);
+
+    // Dropped frames: the requests waiting on the peer fail, none hangs.
+    proxy.set(Mode::Drop);
+    let t0 = Instant::now();
+    let outcomes = burst(&entry, 6, 40);
+    println!(
+        "dropped frames: {:?} until every request ended",
+        t0.elapsed()
+    );
+    failed_cleanly(&outcomes, &entry);
+    proxy.set(Mode::Pass);
+    proxy.cut();
+    until_served(&entry, "after dropped frames");
+
+    // The process dies mid-generation.
+    let rxs: Vec<_> = (0..6u32)
+        .map(|i| {
+            entry
+                .member()
+                .submit(
+                    vec![i + 7, 2],
+                    SamplingParams::greedy(400),
+                    Default::default(),
+                )
+                .1
+        })
+        .collect();
+    drop(child);
+    let outcomes: Vec<_> = rxs.into_iter().map(|mut rx| finish(&mut rx)).collect();
+    failed_cleanly(&outcomes, &entry);
+
+    // Restarted on the same address: it rejoins, the entry was never restarted.
+    child = spawn_reference(&reference_cfg);
+    until_served(&entry, "after the restart");
+    drop(child);
+    drop(entry);
+    drop(proxy);
+}

