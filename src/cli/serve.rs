@@ -18,14 +18,21 @@ pub struct ServeArgs {
     /// Port to bind (overrides `gateway.port`; 0 picks a free one).
     #[arg(long)]
     port: Option<u16>,
+    /// KV cache size of every model, in tokens (overrides the config's
+    /// `mem_fraction_static` / `kv_cache_tokens`, as SGLang's flag does).
+    #[arg(long)]
+    max_total_tokens: Option<usize>,
 }
 
 /// Runs `serve` until SIGTERM or ctrl-c, then drains.
 pub fn run(args: ServeArgs) -> Result<()> {
-    let cfg = match &args.config {
+    let mut cfg = match &args.config {
         Some(path) => EngineConfig::from_file(path)?,
         None => EngineConfig::embedded_default()?,
     };
+    if let Some(tokens) = args.max_total_tokens {
+        cfg.override_kv_tokens(tokens)?;
+    }
     let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
     let port = args.port.unwrap_or(cfg.gateway().port);
     let (gw, service) = gateway::app::inproc(&cfg).context("starting the group")?;

@@ -29,7 +29,8 @@ pub struct SubserverArgs {
     #[arg(long)]
     all_models: bool,
     /// Address of `/metrics`, `/health` and (unless `--control`) `/admin/*`
-    /// and `/internal/generate`.
+    /// and `/internal/generate` (with `--model`, default: the model's
+    /// official `port` on all interfaces, when the config sets one).
     #[arg(long)]
     admin: Option<SocketAddr>,
     /// Serve `/admin/*` and `/internal/generate` on this address instead;
@@ -57,7 +58,14 @@ pub fn run(args: SubserverArgs) -> Result<()> {
     let Some(model) = args.model else {
         return run_group(&cfg, args.admin, access);
     };
-    let svc = MemberService::start_with_access(&cfg, &model, args.admin, access)?;
+    let port = cfg
+        .model_index(&model)
+        .and_then(|i| cfg.model(i))
+        .and_then(|m| m.port);
+    let admin = args
+        .admin
+        .or_else(|| port.map(|p| SocketAddr::from(([0, 0, 0, 0], p))));
+    let svc = MemberService::start_with_access(&cfg, &model, admin, access)?;
     eprintln!(
         "subserver `{}` running (model {} of {}){}",
         model,

@@ -1,9 +1,11 @@
 //! The engine configuration: one YAML file describing a routed group (its
 //! models, the routing policy, delayed batching, transport and gateway).
 //!
-//! The file accepts the official TokenRouter layout (`model`, `system`,
-//! `scheduler_class`, `scheduler_kwargs`, `delayed_batching_threshold`,
-//! `tp_size`) and our additions beside it. Loading happens in three passes:
+//! The file accepts the official TokenRouter layout unchanged (per model:
+//! `model_path`, `port`, `tp_size`, `scheduler_class`, `scheduler_kwargs`,
+//! `delayed_batching_threshold`; `system`), with Hugging Face ids resolved
+//! from the local cache ([`hf_cache`]), and our top-level form and
+//! additions beside it. Loading happens in three passes:
 //! YAML syntax, shape (serde with `deny_unknown_fields`, so unknown keys are
 //! reported with their path), then meaning (`load`), which resolves defaults
 //! and cross-field rules into the typed [`EngineConfig`]. Every key is
@@ -15,6 +17,7 @@ mod env_expand;
 mod error;
 mod execution_mode;
 mod gateway;
+pub mod hf_cache;
 mod latency;
 mod load;
 mod model;
@@ -28,14 +31,15 @@ mod threshold;
 mod transport;
 
 pub use backend::Backend;
-pub use engine_config::{EngineConfig, SimGroupConfig, DEFAULT_CONFIG_YAML};
+pub use engine_config::{EngineConfig, SimGroupConfig};
 pub use error::{ConfigError, Location};
 pub use execution_mode::ExecutionMode;
 pub use gateway::GatewayConfig;
 pub use latency::{LatencyError, LatencyModel};
+pub use load::DEFAULT_CONFIG_YAML;
 pub use model::{ModelSpec, SimModel, DEFAULT_SIM_VOCAB_SIZE};
 pub use placement::{DType, DeviceSpec};
-pub use policy::{PolicyName, PolicySpec};
+pub use policy::{ClassRole, PolicyKind, PolicyName, PolicySpec};
 pub use string_enum::ParseEnumError;
 pub use system::{KvBudget, SystemConfig};
 pub use threshold::{ThresholdError, ThresholdTable};

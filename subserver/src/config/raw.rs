@@ -36,12 +36,17 @@ pub(crate) struct RawConfig {
     pub gateway: Option<RawGateway>,
 }
 
-/// One entry of `model:`.
+/// One entry of `model:`: our keys and the official per-model ones.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawModel {
     pub path: Option<String>,
+    pub model_path: Option<String>,
+    pub port: Option<u16>,
     pub tp_size: Option<usize>,
+    pub scheduler_class: Option<String>,
+    pub scheduler_kwargs: Option<serde_json::Value>,
+    pub delayed_batching_threshold: Option<Value>,
     pub device: Option<DeviceSpec>,
     pub dtype: Option<DType>,
     pub sim: Option<RawSimModel>,

@@ -236,6 +236,21 @@ fn parse_mapping(
     Ok(per_model)
 }
 
+/// One model's list (the official per-model `delayed_batching_threshold`).
+pub(crate) fn parse_model_list(value: &Value, key: &str) -> Result<Vec<usize>, ConfigError> {
+    match value {
+        Value::Sequence(items) if !items.is_empty() => parse_int_list(items, key),
+        Value::Sequence(_) => Err(ConfigError::invalid(key, "must not be empty")),
+        other => Err(ConfigError::invalid(
+            key,
+            format!(
+                "expected a list of ints (one per concurrency), got {}",
+                describe(other)
+            ),
+        )),
+    }
+}
+
 fn parse_int_list(items: &[Value], key: &str) -> Result<Vec<usize>, ConfigError> {
     items
         .iter()

@@ -13,9 +13,10 @@ use crate::routing::StepView;
 /// τ when neither the kwargs nor the checkpoint give one.
 pub const DEFAULT_THRESHOLD: f64 = 0.98;
 
-/// `scheduler_kwargs`: `router_path` (required, a directory from
-/// `tokenrouter convert-router`) and `threshold` (τ; default the
-/// checkpoint's threshold, else 0.98).
+/// `scheduler_kwargs`: `router_path` (required: a `torch.save` state dict,
+/// a Hugging Face `ORG/REPO/FILE` in the local cache, or a converted
+/// directory) and `threshold` (τ; default the checkpoint's threshold,
+/// else 0.98).
 pub type CiterPolicy = HandoverPolicy<CiterNet>;
 
 /// The predicate: a confidence below τ goes to the large model.
@@ -37,6 +38,18 @@ impl CiterPolicy {
             return Ok(Self::guest("CITER", defers));
         }
         let (net, stored, path) = load_router(kwargs, env, CiterNet::load)?;
+        if let Some(f) = env.model {
+            if f.hidden_size != Some(net.hidden_size() as usize) {
+                return Err(PolicyError::Unusable {
+                    policy: "CITER",
+                    reason: format!(
+                        "the router reads hidden states {} wide, the entry model gives {}",
+                        net.hidden_size(),
+                        f.hidden_size.map_or("none".to_string(), |h| h.to_string())
+                    ),
+                });
+            }
+        }
         let threshold = given
             .or(stored)
             .unwrap_or(DEFAULT_THRESHOLD)

@@ -8,7 +8,7 @@
 use tch::{Kind, Tensor};
 
 use crate::policy::handover::{other_model, HandoverBar, HandoverPolicy, HandoverSignal};
-use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
 use crate::routing::StepView;
 
 /// η when the kwargs give none.
@@ -70,6 +70,7 @@ impl CoLlmPolicy {
         if at.model != at.entry {
             return Ok(Self::guest("CoLLM", defers));
         }
+        ModelFacts::need_logits(env.model, "CoLLM")?;
         let bar = HandoverBar::new(
             "CoLLM",
             env.live_threshold(threshold),

@@ -3,13 +3,12 @@
 //! dropped and the other (large) model writes that position, one token,
 //! and hands the request back with it.
 
-use tracing::error;
-
 use crate::peer::message::ModelIdx;
 use crate::policy::{LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob};
 use std::path::PathBuf;
 
 use crate::policy::router::{RouterCheckpoint, RouterError};
+use crate::policy::signal_health::SignalHealth;
 use crate::policy::PolicyEnv;
 use crate::routing::{Dest, RoutingPolicy, StepView};
 
@@ -26,14 +25,13 @@ pub fn other_model(policy: &'static str, at: Placement) -> Result<ModelIdx, Poli
 }
 
 /// The entry model's side of a hand-over policy: the live bar, the large
-/// model, and whether a missing signal was already reported.
+/// model, and the count of steps whose signal failed.
 #[derive(Debug)]
 pub struct HandoverBar {
-    policy: &'static str,
     threshold: LiveThreshold,
     direction: ShareDirection,
     large: ModelIdx,
-    reported: bool,
+    health: SignalHealth,
 }
 
 impl HandoverBar {
@@ -46,17 +44,22 @@ impl HandoverBar {
         large: ModelIdx,
     ) -> Self {
         Self {
-            policy,
             threshold,
             direction,
             large,
-            reported: false,
+            health: SignalHealth::new(policy),
         }
     }
 
+    /// Steps whose signal could not be computed.
+    pub fn signal_failures(&self) -> u64 {
+        self.health.failures()
+    }
+
     /// Destinations from one signal per row: rows where `fires(signal,
-    /// threshold)` go to the large model without their token. Without a
-    /// signal the entry keeps writing (and says so once).
+    /// threshold)` go to the large model without their token. A step without
+    /// a signal is counted and logged (`SignalHealth`); the entry keeps
+    /// writing for that step.
     pub fn route(
         &mut self,
         signals: Result<Vec<f32>, String>,
@@ -64,15 +67,14 @@ impl HandoverBar {
         fires: impl Fn(f32, f64) -> bool,
     ) -> Vec<Dest> {
         let signals = match signals {
-            Ok(s) => s,
+            Ok(s) if s.len() == rows => s,
+            Ok(s) => {
+                self.health
+                    .failed(&format!("{} signals for {rows} rows", s.len()));
+                return vec![Dest::Stay; rows];
+            }
             Err(reason) => {
-                if !self.reported {
-                    self.reported = true;
-                    error!(
-                        policy = self.policy,
-                        reason, "routing signal unavailable; the entry model keeps writing"
-                    );
-                }
+                self.health.failed(&reason);
                 return vec![Dest::Stay; rows];
             }
         };
@@ -157,19 +159,23 @@ impl<S: HandoverSignal> RoutingPolicy for HandoverPolicy<S> {
     }
 }
 
-/// Opens the converted router at the `router_path` kwarg (resolved in
-/// `env`) and builds its network with `load`; warns about unused tensors.
-/// Returns the network and the checkpoint's threshold.
+/// Opens the router at the `router_path` kwarg (a `torch.save` file as
+/// published, a Hugging Face `ORG/REPO/FILE` in the local cache, or a
+/// converted directory; resolved in `env`) and builds its network with
+/// `load`; warns about unused tensors. Returns the network, the
+/// checkpoint's threshold and the path read.
 pub fn load_router<N>(
     kwargs: &serde_json::Value,
     env: &PolicyEnv,
     load: impl FnOnce(&mut RouterCheckpoint) -> Result<N, RouterError>,
 ) -> Result<(N, Option<f64>, PathBuf), PolicyError> {
-    let path = env.resolve(router_path_kwarg(kwargs)?);
     let bad = |reason: String| PolicyError::BadKwarg {
         key: "router_path".into(),
         reason,
     };
+    let path = env
+        .resolve_checkpoint(router_path_kwarg(kwargs)?)
+        .map_err(bad)?;
     let mut ck = RouterCheckpoint::open(&path, env.device).map_err(|e| bad(e.to_string()))?;
     let net = load(&mut ck).map_err(|e| bad(e.to_string()))?;
     let unused = ck.weights.leftover();
@@ -196,7 +202,10 @@ pub fn router_path_kwarg(kwargs: &serde_json::Value) -> Result<&str, PolicyError
         Some(serde_json::Value::String(s)) if !s.trim().is_empty() => Ok(s),
         None | Some(serde_json::Value::Null) => Err(PolicyError::BadKwarg {
             key: "router_path".into(),
-            reason: "required: the router directory written by `tokenrouter convert-router`".into(),
+            reason: "required: the router checkpoint (the published .pt file, a Hugging Face \
+                     ORG/REPO/FILE in the local cache, or a `tokenrouter convert-router` directory; \
+                     the official layout calls it `model_path`)"
+                .into(),
         }),
         Some(v) => Err(PolicyError::BadKwarg {
             key: "router_path".into(),

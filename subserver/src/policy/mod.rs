@@ -14,12 +14,14 @@ pub mod r2r;
 pub mod random;
 pub mod router;
 pub mod rstitch;
+pub mod signal_health;
 pub mod signals;
 pub mod single;
 pub mod step_delimiter;
 
 use std::path::PathBuf;
 
+use crate::config::{PolicyKind, PolicyName};
 use crate::peer::message::ModelIdx;
 use crate::tokenizer::TextTokenizer;
 
@@ -30,7 +32,7 @@ pub use live_threshold::{LiveThreshold, ShareDirection, ThresholdKnob};
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PolicyError {
     /// No policy has that name.
-    #[error("unknown scheduler_class `{0}` (known: {known})", known = KNOWN.join(", "))]
+    #[error("unknown scheduler_class `{0}` (known: {known})", known = PolicyKind::known())]
     Unknown(String),
     /// A kwarg is missing, of the wrong type, or out of range.
     #[error("scheduler_kwargs.{key}: {reason}")]
@@ -38,6 +40,14 @@ pub enum PolicyError {
         /// The key.
         key: String,
         /// What is wrong.
+        reason: String,
+    },
+    /// The model cannot give what the policy reads on every step.
+    #[error("{policy} cannot run here: {reason}")]
+    Unusable {
+        /// Policy name.
+        policy: &'static str,
+        /// What is missing or does not fit.
         reason: String,
     },
     /// The policy needs a different number of models.
@@ -59,21 +69,10 @@ impl PolicyError {
             Self::Unknown(_) => "unknown_policy",
             Self::BadKwarg { .. } => "bad_kwarg",
             Self::ModelCount { .. } => "model_count",
+            Self::Unusable { .. } => "unusable",
         }
     }
 }
-
-const KNOWN: &[&str] = &[
-    "R2R",
-    "CITER",
-    "CoLLM",
-    "Random",
-    "RStitch",
-    "ME",
-    "GlimpRouter",
-    "QueryLevel",
-    "Single",
-];
 
 /// Where a policy instance runs.
 #[derive(Debug, Clone, Copy)]
@@ -86,9 +85,37 @@ pub struct Placement {
     pub entry: ModelIdx,
 }
 
+/// What the model a policy instance reads gives it after each step, so a
+/// policy can refuse at start-up what would fail on every step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelFacts {
+    /// Width of the final hidden state, when the backend gives hidden states.
+    pub hidden_size: Option<usize>,
+    /// Width of the token embeddings, when the backend gives them.
+    pub embed_size: Option<usize>,
+    /// Columns of the logits, when the backend gives logits.
+    pub logits_width: Option<usize>,
+}
+
+impl ModelFacts {
+    /// A `PolicyError::Unusable` unless the backend gives logits.
+    pub fn need_logits(facts: Option<Self>, policy: &'static str) -> Result<(), PolicyError> {
+        match facts {
+            Some(f) if f.logits_width.is_none() => Err(PolicyError::Unusable {
+                policy,
+                reason: "it reads the logits and this model's backend gives none (for the sim \
+                         backend set `sim.logits: true`)"
+                    .into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// What a policy may need besides its kwargs: where relative paths in the
 /// kwargs resolve, the device its own weights go to, the model's tokenizer
-/// (text-aware policies) and the group's live threshold cell.
+/// (text-aware policies), the group's live threshold cell and what the
+/// model's steps give the policy.
 #[derive(Clone)]
 pub struct PolicyEnv {
     /// Directory relative kwarg paths (router checkpoints) resolve against.
@@ -99,6 +126,8 @@ pub struct PolicyEnv {
     pub tokenizer: Option<TextTokenizer>,
     /// The group-wide threshold cell; `None` gives each instance its own.
     pub threshold: Option<LiveThreshold>,
+    /// What the model's steps give (`None`: unknown, nothing is checked).
+    pub model: Option<ModelFacts>,
 }
 
 impl Default for PolicyEnv {
@@ -108,6 +137,7 @@ impl Default for PolicyEnv {
             device: tch::Device::Cpu,
             tokenizer: None,
             threshold: None,
+            model: None,
         }
     }
 }
@@ -133,6 +163,19 @@ impl PolicyEnv {
             p
         } else {
             self.base_dir.join(p)
+        }
+    }
+
+    /// A checkpoint path: a local file or directory (relative to
+    /// `base_dir`), else a Hugging Face `ORG/REPO/FILE` found in the local
+    /// cache (`HF_HUB_CACHE` / `HF_HOME` / `~/.cache/huggingface/hub`).
+    /// The error names every path tried.
+    pub fn resolve_checkpoint(&self, path: &str) -> Result<PathBuf, String> {
+        let env = |name: &str| std::env::var(name).ok();
+        match crate::config::hf_cache::resolve_file(path, &self.base_dir, &env) {
+            Ok(Some(p)) => Ok(p),
+            Ok(None) => Ok(self.resolve(path)),
+            Err(e) => Err(e.to_string()),
         }
     }
 }
@@ -186,40 +229,90 @@ pub fn build(
     build_in(name, kwargs, at, &PolicyEnv::default())
 }
 
-/// Builds the policy instance for one model of a group in `env`.
+/// Builds the policy instance for one model of a group in `env`; `name` is
+/// any spelling the registry (`config::PolicyKind`) knows.
 pub fn build_in(
     name: &str,
     kwargs: &serde_json::Value,
     at: Placement,
     env: &PolicyEnv,
 ) -> Result<Box<dyn RoutingPolicy>, PolicyError> {
-    match name {
-        "Random" | "random" | "Bernoulli" | "bernoulli" => Ok(Box::new(
-            random::RandomPolicy::from_kwargs(kwargs, at, env)?,
-        )),
-        "RStitch" | "r_stitch" | "R-Stitch" => Ok(Box::new(rstitch::RStitchPolicy::from_kwargs(
-            kwargs, at, env,
-        )?)),
-        "ME" | "me" => Ok(Box::new(ensemble::EnsemblePolicy::from_kwargs(kwargs, at)?)),
-        "GlimpRouter" | "glimprouter" | "glimp_router" | "glimp-router" => Ok(Box::new(
-            glimp::GlimpRouterPolicy::from_kwargs(kwargs, at, env)?,
-        )),
-        "QueryLevel" | "query_level" | "query-level" | "querylevel" => Ok(Box::new(
-            query_level::QueryLevelPolicy::from_kwargs(kwargs, at, env)?,
-        )),
-        "R2R" | "r2r" => Ok(Box::new(r2r::R2rPolicy::from_kwargs(kwargs, at, env)?)),
-        "CITER" | "citer" => Ok(Box::new(citer::CiterPolicy::from_kwargs(kwargs, at, env)?)),
-        "CoLLM" | "co_llm" | "co-llm" | "collm" => {
-            Ok(Box::new(collm::CoLlmPolicy::from_kwargs(kwargs, at, env)?))
+    let kind = PolicyName::parse(name)
+        .ok_or_else(|| PolicyError::Unknown(name.to_string()))?
+        .kind();
+    build_kind(kind, kwargs, at, env)
+}
+
+/// Builds `kind`: the one place a registry entry becomes a policy (the
+/// match is exhaustive, so a new `PolicyKind` cannot be left unbuilt).
+pub fn build_kind(
+    kind: PolicyKind,
+    kwargs: &serde_json::Value,
+    at: Placement,
+    env: &PolicyEnv,
+) -> Result<Box<dyn RoutingPolicy>, PolicyError> {
+    Ok(match kind {
+        PolicyKind::Random => Box::new(random::RandomPolicy::from_kwargs(kwargs, at, env)?),
+        PolicyKind::RStitch => Box::new(rstitch::RStitchPolicy::from_kwargs(kwargs, at, env)?),
+        PolicyKind::Me => Box::new(ensemble::EnsemblePolicy::from_kwargs(kwargs, at)?),
+        PolicyKind::GlimpRouter => {
+            Box::new(glimp::GlimpRouterPolicy::from_kwargs(kwargs, at, env)?)
         }
-        "Single" | "single" | "none" => Ok(Box::new(single::SinglePolicy)),
-        other => Err(PolicyError::Unknown(other.to_string())),
-    }
+        PolicyKind::QueryLevel => {
+            Box::new(query_level::QueryLevelPolicy::from_kwargs(kwargs, at, env)?)
+        }
+        PolicyKind::R2r => Box::new(r2r::R2rPolicy::from_kwargs(kwargs, at, env)?),
+        PolicyKind::Citer => Box::new(citer::CiterPolicy::from_kwargs(kwargs, at, env)?),
+        PolicyKind::CoLlm => Box::new(collm::CoLlmPolicy::from_kwargs(kwargs, at, env)?),
+        PolicyKind::Single => Box::new(single::SinglePolicy),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every name and alias in the registry builds, on the model its role
+    /// puts it on (router policies on the large side, where no checkpoint
+    /// is read; the router side is covered by the router tests).
+    #[test]
+    fn every_registered_spelling_builds() {
+        // GlimpRouter finds step ends in text: it needs a real tokenizer.
+        let tokenizer =
+            TextTokenizer::from_dir(crate::tokenizer::test_assets::qwen3_tokenizer_dir()).unwrap();
+        let env = PolicyEnv {
+            tokenizer: Some(tokenizer),
+            ..PolicyEnv::default()
+        };
+        let mut built = 0;
+        for kind in PolicyKind::all() {
+            let kwargs = match kind {
+                PolicyKind::R2r | PolicyKind::Citer => {
+                    serde_json::json!({"router_path": "unused/on/the/large/side"})
+                }
+                PolicyKind::Me => serde_json::json!({"weights": [0.6, 0.4]}),
+                _ => serde_json::json!({}),
+            };
+            for spelling in kind.spellings() {
+                let (_, role) = PolicyKind::from_class(&spelling).unwrap();
+                let model = match (kind, role) {
+                    (PolicyKind::R2r | PolicyKind::Citer, _)
+                    | (_, crate::config::ClassRole::Large) => 1,
+                    _ => 0,
+                };
+                let at = Placement {
+                    model,
+                    num_models: 2,
+                    entry: 0,
+                };
+                let p = build_in(&spelling, &kwargs, at, &env)
+                    .unwrap_or_else(|e| panic!("{spelling}: {e}"));
+                assert!(!p.name().is_empty());
+                built += 1;
+            }
+        }
+        assert!(built >= 30, "{built}");
+    }
 
     #[test]
     fn unknown_names_and_bad_kwargs_are_precise() {

@@ -11,13 +11,14 @@ use crate::policy::handover::{
     load_router, other_model, router_path_kwarg, HandoverBar, HandoverPolicy, HandoverSignal,
 };
 use crate::policy::router::r2r_net::R2rNet;
-use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
 use crate::routing::StepView;
 
-/// `scheduler_kwargs` (as in the official code): `router_path` (required, a
-/// directory from `tokenrouter convert-router`, relative paths against the
-/// config file) and `threshold` (default: the checkpoint's
-/// `common_args.threshold`).
+/// `scheduler_kwargs`: `router_path` (required; the official layout's
+/// `model_path`: the published `.pt` file, a Hugging Face `ORG/REPO/FILE` in
+/// the local cache, or a `tokenrouter convert-router` directory; relative
+/// paths against the config file) and `threshold` (default: the
+/// checkpoint's `common_args.threshold`).
 pub type R2rPolicy = HandoverPolicy<R2rNet>;
 
 /// The predicate: a probability at or above the threshold goes to the large model.
@@ -40,6 +41,7 @@ impl R2rPolicy {
             return Ok(Self::guest("R2R", diverges));
         }
         let (net, stored, path) = load_router(kwargs, env, R2rNet::load)?;
+        check_fits(&net, env.model)?;
         let threshold = match given.or(stored) {
             Some(t) if (0.0..=1.0).contains(&t) => t,
             Some(t) => {
@@ -74,6 +76,42 @@ impl R2rPolicy {
         );
         Ok(Self::at_entry("R2R", net, bar, diverges))
     }
+}
+
+/// The router must read what the small model gives: its hidden width, its
+/// embedding width, and at least `top_k` logits.
+fn check_fits(net: &R2rNet, facts: Option<ModelFacts>) -> Result<(), PolicyError> {
+    let Some(f) = facts else { return Ok(()) };
+    let unusable = |reason: String| PolicyError::Unusable {
+        policy: "R2R",
+        reason,
+    };
+    let (Some(h), Some(e), Some(v)) = (f.hidden_size, f.embed_size, f.logits_width) else {
+        return Err(unusable(
+            "the router reads hidden states, token embeddings and logits, and this model's \
+             backend does not give all three"
+                .into(),
+        ));
+    };
+    let mismatch = |what: &str, router: i64, model: usize| {
+        unusable(format!(
+            "the router reads {what} {router} wide, the entry model's are {model} \
+             (a router trained for another model pair?)"
+        ))
+    };
+    if net.hidden_size() != h as i64 {
+        return Err(mismatch("hidden states", net.hidden_size(), h));
+    }
+    if net.embed_size() != e as i64 {
+        return Err(mismatch("token embeddings", net.embed_size(), e));
+    }
+    if (v as i64) < net.top_k() {
+        return Err(unusable(format!(
+            "the router reads the top {} logits, the model has {v}",
+            net.top_k()
+        )));
+    }
+    Ok(())
 }
 
 impl HandoverSignal for R2rNet {

@@ -1,13 +1,16 @@
-//! R-Stitch: the writer keeps the pen while it is confident. When the
-//! normalized entropy of the current writer's next-token distribution is
-//! above `threshold` (default 0.03), its token is dropped and the other model
-//! writes that position; switching goes both ways and each model keeps its
-//! own KV. (The scheduler makes a model that just got the pen write at least
-//! one token, so two uncertain models cannot ping-pong forever.)
+//! R-Stitch, as published: low-entropy tokens belong to the small model and
+//! high-entropy tokens to the large one. The small (entry) model hands over
+//! when the normalized entropy of its next-token distribution is above
+//! `threshold` (τ, default 0.03): its token is dropped and the large model
+//! writes that position. The large model keeps the pen while its own entropy
+//! stays above τ and hands back as soon as it is at or below τ, keeping that
+//! confident token. Each model keeps its own KV.
 
 use crate::peer::message::ModelIdx;
+use crate::policy::signal_health::SignalHealth;
 use crate::policy::{
-    kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection, ThresholdKnob,
+    kwarg_unit, LiveThreshold, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection,
+    ThresholdKnob,
 };
 use crate::routing::{Dest, RoutingPolicy, StepView};
 use crate::sampling::signals::normalized_entropy_rows;
@@ -15,7 +18,12 @@ use crate::sampling::signals::normalized_entropy_rows;
 /// `scheduler_kwargs`: `threshold` (τ, default 0.03).
 pub struct RStitchPolicy {
     threshold: LiveThreshold,
+    /// The small (entry) model's instance; else a large model's.
+    small: bool,
+    /// Where the small model hands over to (the other model of the pair).
     other: ModelIdx,
+    /// Steps whose entropy could not be computed.
+    health: SignalHealth,
 }
 
 impl RStitchPolicy {
@@ -33,15 +41,28 @@ impl RStitchPolicy {
             });
         }
         let threshold = kwarg_unit(kwargs, "threshold", "a normalized entropy")?.unwrap_or(0.03);
+        ModelFacts::need_logits(env.model, "RStitch")?;
         Ok(Self {
             threshold: env.live_threshold(threshold),
+            small: at.model == at.entry,
             other: 1 - at.model,
+            health: SignalHealth::new("RStitch"),
         })
     }
 
-    /// The predicate: hand over when the entropy is above the threshold.
-    pub fn hands_over(&self, normalized_entropy: f32) -> bool {
+    /// The small model's predicate: hand over when its entropy is above τ.
+    pub fn small_hands_over(&self, normalized_entropy: f32) -> bool {
         normalized_entropy as f64 > self.threshold.get()
+    }
+
+    /// The large model's predicate: hand back when its entropy is at or below τ.
+    pub fn large_hands_back(&self, normalized_entropy: f32) -> bool {
+        normalized_entropy as f64 <= self.threshold.get()
+    }
+
+    /// Steps whose entropy could not be computed (each one logged).
+    pub fn signal_failures(&self) -> u64 {
+        self.health.failures()
     }
 }
 
@@ -53,16 +74,30 @@ impl RoutingPolicy for RStitchPolicy {
     fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
         let entropy = match view.logits.map(normalized_entropy_rows) {
             Some(Ok(h)) => h,
-            // No logits (simulated backend) or a failed reduction: keep the pen.
-            _ => return vec![Dest::Stay; view.items.len()],
+            // Start-up refuses a backend without logits; a failed reduction
+            // is counted and logged, and the current writer keeps the pen.
+            Some(Err(e)) => {
+                self.health.failed(&e.to_string());
+                return vec![Dest::Stay; view.items.len()];
+            }
+            None => {
+                self.health.failed("the backend gave no logits");
+                return vec![Dest::Stay; view.items.len()];
+            }
         };
         entropy
             .iter()
-            .map(|&h| {
-                if self.hands_over(h) {
+            .zip(view.items)
+            .map(|(&h, item)| {
+                if self.small && self.small_hands_over(h) {
                     Dest::Peer {
                         to: self.other,
                         keep_token: false,
+                    }
+                } else if !self.small && self.large_hands_back(h) {
+                    Dest::Peer {
+                        to: item.home,
+                        keep_token: true,
                     }
                 } else {
                     Dest::Stay
@@ -98,24 +133,32 @@ mod tests {
         }
     }
 
-    #[test]
-    fn confident_rows_stay_and_uncertain_rows_switch_both_ways() {
+    /// Row 0: one logit far above the rest (entropy ~0); row 1: uniform (entropy 1).
+    fn confident_and_uncertain() -> Tensor {
+        let mut row0 = vec![0.0f32; 16];
+        row0[3] = 30.0;
+        let flat: Vec<f32> = [row0, vec![0.0; 16]].concat();
+        Tensor::from_slice(&flat).view([2, 16])
+    }
+
+    fn policy(model: ModelIdx) -> RStitchPolicy {
         let at = Placement {
-            model: 0,
+            model,
             num_models: 2,
             entry: 0,
         };
-        let mut p = RStitchPolicy::from_kwargs(
+        RStitchPolicy::from_kwargs(
             &serde_json::json!({"threshold": 0.03}),
             at,
             &PolicyEnv::default(),
         )
-        .unwrap();
-        // Row 0: one logit far above the rest (entropy ~0); row 1: uniform (entropy 1).
-        let mut row0 = vec![0.0f32; 16];
-        row0[3] = 30.0;
-        let flat: Vec<f32> = [row0, vec![0.0; 16]].concat();
-        let logits = Tensor::from_slice(&flat).view([2, 16]);
+        .unwrap()
+    }
+
+    #[test]
+    fn the_small_model_hands_over_uncertain_tokens_without_them() {
+        let mut p = policy(0);
+        let logits = confident_and_uncertain();
         let items = [item(), item()];
         let view = StepView {
             model: 0,
@@ -135,20 +178,54 @@ mod tests {
                 }
             ]
         );
-        let mut back = RStitchPolicy::from_kwargs(
-            &serde_json::json!({}),
-            Placement { model: 1, ..at },
-            &PolicyEnv::default(),
-        )
-        .unwrap();
-        let view = StepView { model: 1, ..view };
+        assert_eq!(p.signal_failures(), 0);
+    }
+
+    #[test]
+    fn the_large_model_keeps_uncertain_tokens_and_hands_back_confident_ones() {
+        let mut p = policy(1);
+        let logits = confident_and_uncertain();
+        let items = [item(), item()];
+        let view = StepView {
+            model: 1,
+            num_models: 2,
+            items: &items,
+            logits: Some(&logits),
+            hidden: None,
+            embeddings: None,
+        };
+        // The confident row goes home with its token; the uncertain one is
+        // exactly what the large model is there for: it keeps writing.
         assert_eq!(
-            back.route(&view)[1],
-            Dest::Peer {
-                to: 0,
-                keep_token: false
-            }
+            p.route(&view),
+            vec![
+                Dest::Peer {
+                    to: 0,
+                    keep_token: true
+                },
+                Dest::Stay
+            ]
         );
+        // The bar is inclusive on the large side: entropy == τ hands back.
+        assert!(p.large_hands_back(0.03));
+        assert!(!p.small_hands_over(0.03));
+    }
+
+    #[test]
+    fn missing_logits_are_counted_not_silent() {
+        let mut p = policy(0);
+        let items = [item()];
+        let view = StepView {
+            model: 0,
+            num_models: 2,
+            items: &items,
+            logits: None,
+            hidden: None,
+            embeddings: None,
+        };
+        assert_eq!(p.route(&view), vec![Dest::Stay]);
+        assert_eq!(p.route(&view), vec![Dest::Stay]);
+        assert_eq!(p.signal_failures(), 2);
     }
 
     #[test]

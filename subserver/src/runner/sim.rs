@@ -53,6 +53,7 @@ pub struct SimRunner {
     rng: ChaCha8Rng,
     seed: u64,
     logits: bool,
+    emits_eos: bool,
 }
 
 impl SimRunner {
@@ -83,6 +84,7 @@ impl SimRunner {
             rng: ChaCha8Rng::seed_from_u64(seed),
             seed,
             logits: false,
+            emits_eos: false,
         })
     }
 
@@ -100,6 +102,13 @@ impl SimRunner {
         self
     }
 
+    /// Lets the EOS ids be drawn like any other token (by default they never
+    /// are, so requests run to `max_tokens`): for tests of what happens at EOS.
+    pub fn with_eos_emitted(mut self, on: bool) -> Self {
+        self.emits_eos = on;
+        self
+    }
+
     fn random_logits(&self, items: &[crate::runner::StepItem]) -> Result<Tensor, EngineError> {
         let v = self.info.vocab_size;
         let rows = items.len();
@@ -111,7 +120,7 @@ impl SimRunner {
             let scale = rng.random_range(-2.0f32..2.5).exp();
             for t in 0..v {
                 let z: f32 = rng.sample(StandardNormal);
-                let masked = self.info.eos_ids.contains(&(t as u32));
+                let masked = !self.emits_eos && self.info.eos_ids.contains(&(t as u32));
                 flat.push(if masked { f32::NEG_INFINITY } else { z * scale });
             }
         }
@@ -121,7 +130,7 @@ impl SimRunner {
     fn draw(&mut self) -> u32 {
         loop {
             let t = self.rng.random_range(0..self.info.vocab_size as u32);
-            if !self.info.eos_ids.contains(&t) {
+            if self.emits_eos || !self.info.eos_ids.contains(&t) {
                 return t;
             }
         }

@@ -27,6 +27,10 @@ struct Opts {
     kv_tokens: usize,
     /// Sim runners return random logits (the scheduler samples).
     logits: bool,
+    /// Vocabulary of the sim runners (token 0 is their EOS).
+    vocab: usize,
+    /// The sim runners draw their EOS like any token.
+    emit_eos: bool,
     target_large_share: Option<f64>,
 }
 
@@ -41,6 +45,8 @@ impl Default for Opts {
             peer_timeout: Duration::from_secs(10),
             kv_tokens: 64 * 1024,
             logits: false,
+            vocab: 1000,
+            emit_eos: false,
             target_large_share: None,
         }
     }
@@ -58,7 +64,7 @@ fn group(o: &Opts) -> Group {
             runner: Box::new(
                 SimRunner::new(
                     "sim",
-                    1000,
+                    o.vocab,
                     vec![0],
                     Box::new(LatencyModel::linear(o.latencies[m as usize], 0.0, 0.0).unwrap()),
                     o.kv_tokens,
@@ -66,7 +72,8 @@ fn group(o: &Opts) -> Group {
                     m as u64,
                 )
                 .unwrap()
-                .with_logits(o.logits),
+                .with_logits(o.logits)
+                .with_eos_emitted(o.emit_eos),
             ),
             policy: build_in(
                 "Random",
@@ -488,6 +495,37 @@ fn pinned_requests_are_written_by_one_model_and_stream_as_they_go() {
         events(&mut rx).1,
         Err(RequestError::PinOutOfRange { model: 7, .. })
     ));
+}
+
+#[test]
+fn a_pinned_request_that_ignores_eos_stays_with_its_model_to_the_end() {
+    // A 4-token vocabulary that draws its EOS (0): it comes up often.
+    let g = group(&Opts {
+        vocab: 4,
+        emit_eos: true,
+        ..Opts::default()
+    });
+    for pin in [1u16, 0] {
+        let mut params = SamplingParams::greedy(64);
+        params.ignore_eos = true;
+        let (_, mut rx) = g.submit_with(vec![1, 2, 3], params, SubmitOptions { pin: Some(pin) });
+        let (toks, out) = events(&mut rx);
+        let usage = out.unwrap();
+        assert_eq!(toks.len(), 64);
+        assert!(toks.iter().any(|t| t.0 == 0), "EOS was sampled and ignored");
+        assert!(toks.iter().all(|t| t.1 == pin), "pinned to {pin}: {toks:?}");
+        assert_eq!(usage.tokens_by_model[pin as usize], 64);
+    }
+    // Without ignore_eos the pinned model's EOS ends the request there.
+    let (_, mut rx) = g.submit_with(
+        vec![1, 2, 3],
+        SamplingParams::greedy(64),
+        SubmitOptions { pin: Some(1) },
+    );
+    let (toks, out) = events(&mut rx);
+    out.unwrap();
+    assert!(toks.len() < 64 && toks.iter().all(|t| t.1 == 1), "{toks:?}");
+    assert_kv_returned(&g);
 }
 
 #[test]

@@ -13,13 +13,13 @@ use crate::error::EngineError;
 use crate::kv::storage::bytes_per_block;
 use crate::model::dir::ModelDir;
 use crate::peer::tcp::{resolve_addresses, TcpOptions};
-use crate::policy::{self, LiveThreshold, Placement, PolicyEnv};
+use crate::policy::{self, LiveThreshold, ModelFacts, Placement, PolicyEnv};
 use crate::runner::memory::{plan_kv_tokens, ModelFootprint};
 use crate::runner::sim::SimRunner;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::ModelRunner;
 use crate::scheduler::group::{GroupSettings, GroupTransport, MemberSpec};
-use crate::service::ServiceError;
+use crate::service::{tensor_parallel, ServiceError};
 use crate::tokenizer::TextTokenizer;
 
 /// KV tokens a simulated model gets when the config gives a memory fraction
@@ -120,6 +120,7 @@ pub fn member(
         device: spec.device.into(),
         tokenizer: tokenizer.clone(),
         threshold,
+        model: Some(model_facts(cfg, i, runner.as_ref())),
     };
     let policy = policy::build_in(cfg.policy().name.as_str(), &kwargs, at, &env)?;
     let member = MemberSpec {
@@ -184,6 +185,31 @@ fn planned_budget(cfg: &EngineConfig, i: usize) -> Result<KvBudget, EngineError>
     Ok(KvBudget::Tokens(tokens))
 }
 
+/// What model `i`'s steps give a policy: the tch backend gives logits,
+/// hidden states and embeddings; the sim backend gives logits only when
+/// `sim.logits` is set.
+fn model_facts(cfg: &EngineConfig, i: usize, runner: &dyn ModelRunner) -> ModelFacts {
+    let info = runner.info();
+    match cfg.backend() {
+        Backend::Tch => ModelFacts {
+            hidden_size: Some(info.hidden_size),
+            embed_size: runner
+                .embeddings()
+                .and_then(|e| e.size().get(1).map(|&w| w as usize)),
+            logits_width: Some(info.vocab_size),
+        },
+        Backend::Sim => ModelFacts {
+            hidden_size: None,
+            embed_size: None,
+            logits_width: cfg.models()[i]
+                .sim
+                .as_ref()
+                .filter(|s| s.logits)
+                .map(|_| info.vocab_size),
+        },
+    }
+}
+
 /// The runner of model `i` (and its tokenizer when asked and the backend has one).
 pub fn runner(
     cfg: &EngineConfig,
@@ -202,6 +228,9 @@ pub fn runner(
                     "model `{}` has no path (backend tch)",
                     spec.name
                 ))
+            })?;
+            tensor_parallel::check(spec, &path, |i| {
+                crate::device::cuda_mem_info(i).ok().map(|(_, total)| total)
             })?;
             let opts = TchRunnerOptions {
                 model_dir: path.clone(),

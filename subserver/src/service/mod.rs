@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod build;
 pub mod member;
+pub mod tensor_parallel;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,15 +1,23 @@
-//! The converted router format: a directory with `router.json` (what the
-//! checkpoint said besides its weights) and `model.safetensors` (the state
-//! dict, float32). `tokenrouter convert-router` writes it from a
-//! `torch.save` file (the official R2R layout: a dict with `model_type`,
-//! `init_args`, `common_args.threshold` and `state_dict`; or a bare state
-//! dict, as CITER routers are saved).
+//! A router checkpoint, from either of two forms:
+//! - the published `torch.save` file itself (the official R2R layout: a
+//!   dict with `model_type`, `init_args`, `common_args.threshold`,
+//!   `model_specific_args` and `state_dict`, or a bare state dict as CITER
+//!   routers are saved), read directly ([`torch_file`](super::torch_file));
+//! - a converted directory with `router.json` (what the checkpoint said
+//!   besides its weights) and `model.safetensors` (float32), as
+//!   `tokenrouter convert-router` writes it for other formats.
+//!
+//! Integer buffers (BatchNorm's `num_batches_tracked`) and R2R's copy of the
+//! small model's `token_embeddings.weight` (the published files drop it; the
+//! runtime uses the small model's own embedding matrix) are not loaded.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
+use super::pickle::Value;
+use super::torch_file::TorchFile;
 use crate::error::EngineError;
 use crate::model::weights::Weights;
 
@@ -70,9 +78,37 @@ pub struct RouterMeta {
     pub threshold: Option<f64>,
 }
 
-/// A converted router: metadata and weights on a device, as float32.
+/// The small model's embedding copy some R2R files carry (the `_all` files).
+const DROPPED_EMBEDDINGS: &str = "token_embeddings.weight";
+
+/// `model_type`, `init_args` and `common_args.threshold` of the official layout.
+fn meta_of(root: &Value) -> Result<RouterMeta, String> {
+    let model_type = match root.get("model_type") {
+        None | Some(Value::None) => None,
+        Some(Value::Str(s)) => Some(s.clone()),
+        Some(other) => return Err(format!("model_type is not a string: {other:?}")),
+    };
+    let init_args = match root.get("init_args").map(Value::to_json).transpose()? {
+        None | Some(serde_json::Value::Null) => serde_json::Map::new(),
+        Some(serde_json::Value::Object(map)) => map,
+        Some(other) => return Err(format!("init_args is not a dict: {other}")),
+    };
+    let threshold = match root.get("common_args").and_then(|c| c.get("threshold")) {
+        None | Some(Value::None) => None,
+        Some(Value::Float(t)) => Some(*t),
+        Some(Value::Int(t)) => Some(*t as f64),
+        Some(other) => return Err(format!("common_args.threshold is not a number: {other:?}")),
+    };
+    Ok(RouterMeta {
+        model_type,
+        init_args,
+        threshold,
+    })
+}
+
+/// A loaded router: metadata and weights on a device, as float32.
 pub struct RouterCheckpoint {
-    /// The directory.
+    /// The file or directory it was read from.
     pub dir: PathBuf,
     /// `router.json`.
     pub meta: RouterMeta,
@@ -81,15 +117,11 @@ pub struct RouterCheckpoint {
 }
 
 impl RouterCheckpoint {
-    /// Opens `dir` and loads its weights on `device`.
+    /// Opens a `torch.save` file or a converted directory and loads its
+    /// weights on `device`.
     pub fn open(dir: &Path, device: Device) -> Result<Self, RouterError> {
         if dir.is_file() {
-            return Err(RouterError::NotConverted {
-                path: dir.to_path_buf(),
-                reason: "is a file; routers load from the directory `tokenrouter convert-router \
-                         <checkpoint.pt> <dir>` writes"
-                    .into(),
-            });
+            return Self::open_torch(dir, device);
         }
         let meta_path = dir.join(META_FILE);
         let weights_path = dir.join(WEIGHTS_FILE);
@@ -115,6 +147,30 @@ impl RouterCheckpoint {
             dir: dir.to_path_buf(),
             meta,
             weights,
+        })
+    }
+
+    /// Reads a `torch.save` file directly (no Python).
+    pub fn open_torch(path: &Path, device: Device) -> Result<Self, RouterError> {
+        let bad = |reason: String| RouterError::BadMeta {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let mut file = TorchFile::open(path).map_err(bad)?;
+        let root = file.root.clone();
+        let (meta, state) = match root.get("state_dict") {
+            Some(state) => (meta_of(&root).map_err(bad)?, state),
+            None => (RouterMeta::default(), &root),
+        };
+        let (mut tensors, _dropped) = file.state_dict(state, device).map_err(bad)?;
+        tensors.remove(DROPPED_EMBEDDINGS);
+        if tensors.is_empty() {
+            return Err(bad("no floating-point tensors in the state dict".into()));
+        }
+        Ok(Self {
+            dir: path.to_path_buf(),
+            meta,
+            weights: Weights::from_map(path, tensors),
         })
     }
 

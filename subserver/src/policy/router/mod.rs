@@ -1,16 +1,19 @@
 //! Trained router networks that policies run after each small-model step
-//! (R2R's divergence classifier, CITER's confidence MLP), and the converted
-//! checkpoint format they load from.
+//! (R2R's divergence classifier, CITER's confidence MLP), and the
+//! checkpoints they load from: published `torch.save` files read directly,
+//! or converted directories.
 
 pub mod checkpoint;
 pub mod citer_net;
+pub mod pickle;
 pub mod r2r_net;
+pub mod torch_file;
 
 pub use checkpoint::{RouterCheckpoint, RouterError, RouterMeta};
 
 use std::path::Path;
 
-/// Loads a converted router directory on the CPU with the network its
+/// Loads a router checkpoint (file or converted directory) on the CPU with the network its
 /// tensors describe (R2R or CITER) and says what it is: the check
 /// `tokenrouter convert-router` runs on what it wrote.
 pub fn describe(dir: &Path) -> Result<String, RouterError> {

@@ -20,6 +20,9 @@ use tch::{Kind, Tensor};
 
 use crate::policy::router::checkpoint::{LayerNorm, Linear, RouterCheckpoint, RouterError};
 
+/// The class the published R2R routers are saved as.
+pub const MODEL_TYPE: &str = "HiddenStatesTokenLMHeadLogitsClassifier";
+
 struct Block {
     norm: LayerNorm,
     up: Linear,
@@ -44,6 +47,13 @@ pub struct R2rNet {
 impl R2rNet {
     /// Builds the network from a converted checkpoint, checking every shape.
     pub fn load(ck: &mut RouterCheckpoint) -> Result<Self, RouterError> {
+        if let Some(t) = ck.meta.model_type.as_deref() {
+            if t != MODEL_TYPE {
+                return Err(ck.arch_error(format!(
+                    "model_type `{t}` is not supported (R2R routers: `{MODEL_TYPE}`)"
+                )));
+            }
+        }
         if ck.has("backbone.position_embedding")
             || ck.init_bool("use_position_embedding")? == Some(true)
         {

@@ -234,9 +234,13 @@ impl<R: ModelRunner> Scheduler<R> {
         };
         if !is_home {
             // A guest writes at least one token per turn, stops at EOS or at
-            // the request's budget, and always returns to the home.
+            // the request's budget, and always returns to the home. A pinned
+            // guest keeps the pen to the end: its EOS reaches the home as
+            // progress, where the stop rules (and `ignore_eos`) decide, so it
+            // never hands the rest of a pinned answer to the home.
             let written = seq.written_this_turn;
             let out_of_budget = written + 1 >= seq.budget;
+            let eos = eos && !pinned;
             dest = match dest {
                 Dest::Peer { keep_token, .. } => Dest::Peer {
                     to: home,
