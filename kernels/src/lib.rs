@@ -17,6 +17,7 @@
 
 pub mod check;
 #[cfg(feature = "cuda")]
+#[allow(unsafe_code)] // FFI: the CUDA kernels and the CUDA runtime.
 pub mod cuda;
 mod distribution;
 pub mod sampling;

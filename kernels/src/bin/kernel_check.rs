@@ -105,6 +105,7 @@ fn upload(rows: &[Vec<f32>], bf16: bool) -> Result<(Keep, kernels::cuda::DeviceL
 fn cuda_signals(a: &Args, rows: &[Vec<f32>], bf16: bool) -> Result<Vec<RoutingSignals>, String> {
     let (_keep, x) = upload(rows, bf16)?;
     // SAFETY: `x` describes the buffer kept alive by `_keep`.
+    #[allow(unsafe_code)] // FFI: launches the CUDA kernel on device rows.
     unsafe { kernels::cuda::routing_signals(&x, a.k) }.map_err(|e| e.to_string())
 }
 
@@ -124,6 +125,7 @@ fn device_samples(a: &Args, rows: &[Vec<f32>], bf16: bool) -> Result<Option<Toke
     let seeds: Vec<u64> = (0..rows.len() as u64).map(|r| a.seed * 1000 + r).collect();
     let steps: Vec<u64> = (0..rows.len() as u64).map(|r| r * 7).collect();
     // SAFETY: as above.
+    #[allow(unsafe_code)] // FFI: launches the CUDA kernel on device rows.
     unsafe { kernels::cuda::sample(&x, &params, &seeds, &steps) }
         .map(Some)
         .map_err(|e| e.to_string())

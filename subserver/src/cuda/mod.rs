@@ -8,9 +8,11 @@ pub mod graphs;
 pub mod metrics;
 pub mod mps;
 #[cfg(feature = "cuda")]
+#[allow(unsafe_code)] // FFI: dlopen of the C++ shim and calls into it.
 pub mod shim;
 pub mod static_layout;
 #[cfg(feature = "cuda")]
+#[allow(unsafe_code)] // FFI: streams and graphs through the shim.
 pub mod stream;
 
 use tch::{Device, Tensor};
