@@ -120,7 +120,7 @@ lint:
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing).
 test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry
-	$(call with_k8s,cargo test --release --workspace --all-targets)
+	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 
 # Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
 # JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
