@@ -130,7 +130,10 @@ fn check_accounting(runs: &[(Vec<u32>, Vec<u16>, Usage)]) {
 
 #[test]
 fn r_stitch_switches_both_ways_deterministically() {
-    let kwargs = serde_json::json!({"threshold": 0.03});
+    // With R-Stitch as published, tau = 0.03 on this pair sends every token
+    // to the large model and keeps it there (its entropy is rarely <= 0.03);
+    // 0.1 is where both directions fire.
+    let kwargs = serde_json::json!({"threshold": 0.1});
     let a = routed(
         &policy_group(&[SMALL, LARGE], "RStitch", kwargs.clone()),
         16,
