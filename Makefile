@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
@@ -122,12 +122,16 @@ lint:
 test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 
-# Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
-# JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
-bench: bench-engine bench-ablation bench-tuner bench-gateway bench-retune bench-cpu bench-eval bench-llamacpp
+# Every page under docs/results/ that a benchmark writes, each written whole
+# by its own target (engine first: ablation reads the profile it saves). Raw
+# outputs (CSV, JSON, server logs) stay under $(BENCH_RAW); the pages link
+# their charts. Smaller runs to check a target: ENGINE_ARGS, ABLATION_ARGS,
+# TUNER_ARGS=--quick, GATEWAY_ARGS, and the scripts' variables (e.g.
+# `make bench-cpu NS=1 PROMPTS=2 MAX_TOKENS=8`, see tools/bench/*.sh).
+bench: bench-engine bench-ablation bench-tuner bench-policies bench-gateway bench-retune bench-cpu bench-eval bench-llamacpp
 
 BENCH_RAW  ?= $(CACHE)/bench
-BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@
+BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@ PYTHON=$(PY)
 LLAMA_VENV ?= $(CACHE)/venv-llama
 # llama.cpp's OpenAI server, built from source (CPU) by pip; only
 # bench-llamacpp needs it, never `make test`.
@@ -146,20 +150,26 @@ bench-ablation: build
 	$(TARGET_DIR)/release/examples/bench_ablation --profile $(ROOT)/docs/results/engine/profile.json \
 	  $(ABLATION_ARGS) --out $(ROOT)/docs/results/ablation.md
 
-# The SmolLM2 pair through `tokenrouter bench`: cost and quality per method.
-bench-cpu: assets
+# The SmolLM2 pair through `tokenrouter bench`: cost and quality per method
+# (perplexity scored with transformers, hence venv-ref).
+bench-cpu: assets venv-ref
 	$(BENCH_ENV) tools/bench/cpu.sh
+
+# target_large_share convergence on the sim pair through `tokenrouter bench`.
+bench-policies: assets
+	$(BENCH_ENV) tools/bench/policies.sh
 
 # `tokenrouter eval` per method on data/eval/math30.jsonl.
 bench-eval: assets
 	$(BENCH_ENV) tools/bench/eval.sh
 
-$(CACHE)/.llama.stamp:
+# pip compiles llama.cpp with CMake (from PyPI when missing): ~10 min on 2 cores.
+$(LLAMA_VENV)/.llama.stamp:
 	test -x $(LLAMA_VENV)/bin/python || python3 -m venv $(LLAMA_VENV)
 	$(LLAMA_VENV)/bin/pip install -q --disable-pip-version-check '$(LLAMA_PKGS)'
 	touch $@
 
-venv-llama: $(CACHE)/.llama.stamp
+venv-llama: $(LLAMA_VENV)/.llama.stamp
 
 # llama.cpp and us on the same GGUF, driven by the same load generator.
 bench-llamacpp: assets venv-llama
@@ -176,9 +186,11 @@ bench-retune: build
 	cargo build --release --example bench_retune
 	BENCH_RETUNE_OUT=$(ROOT)/docs/results $(TARGET_DIR)/release/examples/bench_retune
 
+# The tuner's tables, predictions and search cost (~2 min of CPU);
+# TUNER_ARGS=--quick checks the target in seconds.
 bench-tuner: build
-	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
-	  --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency 1..16
+	cargo build --release --example bench_tuner
+	$(TARGET_DIR)/release/examples/bench_tuner $(TUNER_ARGS) --out $(ROOT)/docs/results/tuner.md
 
 # Overload (5x capacity) and leak (10,000 mixed requests) runs; several minutes.
 soak: assets

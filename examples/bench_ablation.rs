@@ -274,7 +274,7 @@ fn main() -> Result<()> {
          request with its own seed (so its own routing draws). Each cell: {} run(s) with run seeds 1..{}, \
          {} s measured after {} s warm-up. Std. Serving = two single-model servers and an external \
          forwarder asking for one token per call. Predictions: the tuner's exact Markov chain \
-         (`operator::tuner`) for the modes it models (async = B [1, 1]; async_delayed = the tuner's B*).",
+         (the `tuner` crate) for the modes it models (async = B [1, 1]; async_delayed = the tuner's B*).",
         LAT[0], LAT[1], args.seeds, args.seeds, args.duration_s, args.warmup_s
     ));
     page.section("1. Batch-independent steps (the chain's assumption)");

@@ -116,6 +116,9 @@ pub struct Run {
     pub summaries: Vec<Summary>,
     /// Output text per prompt index.
     pub texts: BTreeMap<usize, String>,
+    /// The large model's perplexity of the outputs (`perplexity.json`
+    /// beside the run, written by a scorer), when scored.
+    pub perplexity: Option<f64>,
 }
 
 impl Run {
@@ -123,10 +126,15 @@ impl Run {
     pub fn load(label: &str, dir: &Path) -> Result<Self, OutputError> {
         let summaries = read_summaries(&dir.join("summary.json"))?;
         let csv = std::fs::read_to_string(dir.join("requests.csv")).unwrap_or_default();
+        let perplexity = std::fs::read_to_string(dir.join("perplexity.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["perplexity"].as_f64());
         Ok(Self {
             label: label.into(),
             summaries,
             texts: texts_by_index(&csv),
+            perplexity,
         })
     }
 }
@@ -190,8 +198,20 @@ pub fn add_runs(
     Ok(())
 }
 
-/// Adds the cost/quality table (agreement with `reference`'s outputs) and a
-/// Pareto chart (large share against agreement) to `page`.
+/// Cost and quality of `run` against `reference` (share at its lowest
+/// concurrency, mean word-prefix agreement, perplexity when scored).
+pub fn point(run: &Run, reference: &Run) -> Option<crate::frontier::Point> {
+    let (agreement, _, _) = agreement(&run.texts, &reference.texts)?;
+    Some(crate::frontier::Point {
+        share: run.summaries.first()?.large_model_share?,
+        agreement,
+        perplexity: run.perplexity,
+    })
+}
+
+/// Adds the cost/quality table (agreement with `reference`'s outputs, and
+/// the large model's perplexity where scored) and a Pareto chart (large
+/// share against agreement) to `page`.
 pub fn add_quality(
     page: &mut Page,
     runs: &[Run],
@@ -213,6 +233,7 @@ pub fn add_quality(
             opt(share, 3),
             format!("{mean:.3}"),
             format!("{exact:.3}"),
+            opt(r.perplexity, 2),
             n.to_string(),
             opt(tput, 1),
             first.map_or_else(String::new, |s| s.concurrency.to_string()),
@@ -230,6 +251,7 @@ pub fn add_quality(
             "large share",
             "agreement (word prefix)",
             "exact match",
+            "large-model perplexity",
             "prompts",
             "output tok/s",
             "at N",

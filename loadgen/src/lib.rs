@@ -11,6 +11,7 @@ pub mod client;
 pub mod compare;
 pub mod dataset;
 pub mod eval;
+pub mod frontier;
 pub mod machine;
 pub mod page;
 pub mod plot;

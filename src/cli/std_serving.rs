@@ -1,6 +1,8 @@
 //! `tokenrouter std-serving`: the Std. Serving baseline as a command. One
 //! ordinary single-model server per model, and an external forwarder that
 //! asks for one token per call and routes with the config's Bernoulli rule.
+//! With `--serve`, the same forwarder answers behind the OpenAI gateway, so
+//! `tokenrouter bench` measures it like any other server.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,9 +19,18 @@ pub struct StdServingArgs {
     /// Group config (YAML); its models become independent servers.
     #[arg(long)]
     config: PathBuf,
-    /// Raw prompt text.
-    #[arg(long)]
-    prompt: String,
+    /// Raw prompt text (one request, streamed to stdout).
+    #[arg(long, required_unless_present = "serve")]
+    prompt: Option<String>,
+    /// Serve the OpenAI API instead (until SIGTERM or ctrl-c).
+    #[arg(long, conflicts_with = "prompt")]
+    serve: bool,
+    /// Address to bind with `--serve` (default: the config's `gateway.host`).
+    #[arg(long, requires = "serve")]
+    host: Option<String>,
+    /// Port to bind with `--serve` (0 picks a free one; default: `gateway.port`).
+    #[arg(long, requires = "serve")]
+    port: Option<u16>,
     /// Tokens to generate.
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
@@ -33,7 +44,10 @@ pub fn run(args: StdServingArgs) -> Result<()> {
     let cfg = EngineConfig::from_file(&args.config)?;
     let (servers, rule, tokenizer) = StdServers::from_config(&cfg)?;
     let tokenizer = tokenizer.context("std-serving needs a text tokenizer: use backend tch (sim-bench --mode std_serving measures the simulated backend)")?;
-    let prompt = tokenizer.encode(&args.prompt, true)?;
+    let Some(text) = args.prompt else {
+        return serve(&cfg, servers, rule, tokenizer, args.host, args.port);
+    };
+    let prompt = tokenizer.encode(&text, true)?;
     let mut decoder = tokenizer.incremental_decoder(true);
     let mut by_model = vec![0usize; cfg.models().len()];
     let mut stdout = std::io::stdout().lock();
@@ -69,4 +83,34 @@ pub fn run(args: StdServingArgs) -> Result<()> {
         shares.join(", ")
     );
     Ok(())
+}
+
+/// Serves Std. Serving behind the gateway until a signal.
+fn serve(
+    cfg: &EngineConfig,
+    servers: StdServers,
+    rule: subserver::bench::forwarder::ForwardRule,
+    tokenizer: subserver::tokenizer::TextTokenizer,
+    host: Option<String>,
+    port: Option<u16>,
+) -> Result<()> {
+    use gateway::app;
+    let gw = gateway::Gateway::new(
+        app::catalog(cfg),
+        app::text_side(cfg)?,
+        app::api_keys(cfg)?,
+        gateway::GatewayOptions::from_config(cfg.gateway()),
+        vec![],
+    )?;
+    gw.pool.set_backends(vec![std::sync::Arc::new(
+        gateway::backend::std_serving::StdServingBackend::new(servers, rule, tokenizer),
+    )]);
+    let host = host.unwrap_or_else(|| cfg.gateway().host.clone());
+    let port = port.unwrap_or(cfg.gateway().port);
+    super::listen::block_on(super::listen::serve_until_signal(
+        std::sync::Arc::new(gw),
+        &host,
+        port,
+        "tokenrouter std-serving",
+    ))
 }

@@ -4,6 +4,7 @@
 
 pub mod inproc;
 pub mod remote;
+pub mod std_serving;
 
 use protocol::client::StreamEvent;
 use protocol::sampling::SamplingParams;

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::compare::{add_eval, add_quality, add_runs, Run};
+use crate::compare::{add_eval, add_quality, add_runs, point, Run};
+use crate::frontier;
 use crate::eval::run::EvalReport;
 use crate::page::Page;
 
@@ -22,15 +23,25 @@ pub struct ReportArgs {
     /// The page (Markdown); charts go to a folder of the same stem beside it.
     #[arg(long)]
     out: PathBuf,
-    /// A bench folder: LABEL=DIR (repeatable, in table order).
+    /// A bench folder: LABEL=DIR (repeatable, in table order). The label
+    /// ends at the first `=`; write `=` inside a label as `\=`.
     #[arg(long = "run")]
     runs: Vec<String>,
-    /// An eval result: LABEL=FILE.json or FILE.json (repeatable).
+    /// An eval result: LABEL=FILE.json or FILE.json (repeatable; its own
+    /// label is kept when none is given). `=` in a label: `\=`.
     #[arg(long = "eval")]
     evals: Vec<String>,
     /// Label of the run whose outputs define agreement (e.g. large-only).
     #[arg(long)]
     agreement_reference: Option<String>,
+    /// With --agreement-reference: a token-level method's label (repeatable;
+    /// include the single-model end points). The page then says, computed,
+    /// whether these sit above the --query-level method at its share.
+    #[arg(long = "token-level", requires = "query_level")]
+    token_level: Vec<String>,
+    /// With --agreement-reference: the query-level method's label.
+    #[arg(long, requires = "agreement_reference")]
+    query_level: Option<String>,
     /// A paragraph placed before the tables (repeatable).
     #[arg(long = "note")]
     notes: Vec<String>,
@@ -39,11 +50,29 @@ pub struct ReportArgs {
     findings: Vec<String>,
 }
 
+/// Splits `LABEL=PATH` at the first `=` that is not escaped: a label may
+/// hold `=` written as `\=` (e.g. `R-Stitch τ\=0.1=runs/rstitch`), and a
+/// path may hold any character, `=` included.
 fn split(spec: &str) -> Result<(String, PathBuf)> {
-    match spec.rsplit_once('=') {
-        Some((l, p)) if !l.is_empty() && !p.is_empty() => Ok((l.into(), p.into())),
-        _ => bail!("expected LABEL=PATH, got `{spec}`"),
+    let mut label = String::new();
+    let mut chars = spec.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if spec[i + 1..].starts_with('=') => {
+                label.push('=');
+                chars.next();
+            }
+            '=' => {
+                let path = &spec[i + 1..];
+                if label.is_empty() || path.is_empty() {
+                    break;
+                }
+                return Ok((label, path.into()));
+            }
+            c => label.push(c),
+        }
     }
+    bail!("expected LABEL=PATH (write `=` inside a label as `\\=`), got `{spec}`")
 }
 
 /// Runs `report`.
@@ -81,16 +110,39 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
             "Agreement: for each prompt, the number of leading words an output shares with \
              `{reference}`'s output for the same prompt, over that output's word count, averaged \
              over prompts (greedy decoding; outputs from each method's lowest concurrency). \
-             Large share and throughput at that concurrency."
+             Large share and throughput at that concurrency. Large-model perplexity (where the \
+             run was scored): exp of the large model's mean negative log-likelihood per output \
+             token, each output scored after its own prompt."
         ));
         add_quality(&mut page, &runs, r, &assets, &stem)?;
+        if let Some(q) = &args.query_level {
+            let point_of = |label: &str| {
+                let run = runs
+                    .iter()
+                    .find(|x| x.label == label)
+                    .with_context(|| format!("`{label}` is not a --run label"))?;
+                point(run, r).with_context(|| format!("`{label}` has no share or agreement"))
+            };
+            let query = point_of(q)?;
+            let token = args
+                .token_level
+                .iter()
+                .map(|l| point_of(l))
+                .collect::<Result<Vec<_>>>()?;
+            page.para(&frontier::compare(&token, &query));
+        }
     }
     if !args.evals.is_empty() {
         let reports: Vec<EvalReport> = args
             .evals
             .iter()
             .map(|s| {
-                let (label, path) = split(s).unwrap_or_else(|_| (String::new(), PathBuf::from(s)));
+                // A bare path (which may hold `=`) keeps the label stored in the file.
+                let (label, path) = if Path::new(s).is_file() {
+                    (String::new(), PathBuf::from(s))
+                } else {
+                    split(s)?
+                };
                 let text = std::fs::read_to_string(&path)
                     .with_context(|| format!("reading {}", path.display()))?;
                 let mut r: EvalReport = serde_json::from_str(&text)
@@ -111,4 +163,26 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("wrote {}", args.out.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_ends_at_the_first_unescaped_equals_sign() {
+        let (l, p) = split("large-only=runs/large").unwrap();
+        assert_eq!((l.as_str(), p), ("large-only", PathBuf::from("runs/large")));
+        // The path may hold `=` (eval.sh names files after labels).
+        let (l, p) = split("R-Stitch=raw/eval/R-Stitch τ=0.1.json").unwrap();
+        assert_eq!(l, "R-Stitch");
+        assert_eq!(p, PathBuf::from("raw/eval/R-Stitch τ=0.1.json"));
+        // `\=` puts `=` in the label.
+        let (l, p) = split("R-Stitch τ\\=0.1=raw/a=b").unwrap();
+        assert_eq!(l, "R-Stitch τ=0.1");
+        assert_eq!(p, PathBuf::from("raw/a=b"));
+        for bad in ["no-separator", "=path", "label=", "a\\=b"] {
+            assert!(split(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -15,6 +15,9 @@ use crate::scheduler::group::Group;
 pub struct StdServers {
     /// Each is a one-member group running the `Single` policy.
     pub servers: Vec<Group>,
+    /// End-of-sequence ids of the entry model (a forwarder asks each server
+    /// for one token with `ignore_eos` and applies the stop rules itself).
+    pub eos_ids: Vec<u32>,
 }
 
 impl StdServers {
@@ -44,10 +47,12 @@ impl StdServers {
             .unwrap_or(cfg.models().len().saturating_sub(1));
         let mut servers = Vec::new();
         let mut tokenizer = None;
+        let mut eos_ids = Vec::new();
         for i in 0..cfg.models().len() {
             let (runner, tok) = crate::service::build::runner(cfg, i, i == entry)?;
             if i == entry {
                 tokenizer = tok;
+                eos_ids = runner.info().eos_ids.clone();
             }
             let member = crate::scheduler::group::MemberSpec {
                 name: cfg.models()[i].name.clone(),
@@ -68,7 +73,7 @@ impl StdServers {
             small: entry,
             large,
         };
-        Ok((Self { servers }, rule, tokenizer))
+        Ok((Self { servers, eos_ids }, rule, tokenizer))
     }
 }
 

@@ -409,7 +409,10 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         };
         servers.push(Group::start(vec![member], settings));
     }
-    let servers = Arc::new(StdServers { servers });
+    let servers = Arc::new(StdServers {
+        servers,
+        eos_ids: Vec::new(),
+    });
     let rule = ForwardRule {
         probability: o.route_probability,
         seed: o.seed,

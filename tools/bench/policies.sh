@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `make bench-policies`: does `target_large_share` steer a policy to the
+# asked cost? The simulated pair (no weights are run: the timing is the
+# scheduler's) with Random routing started far from each target, served by
+# `tokenrouter serve` and driven by `tokenrouter bench`; one results page.
+source "$(dirname "$0")/common.sh"
+TARGETS=${TARGETS:-0.1 0.2 0.4}
+START_P=${START_P:-0.6}
+N=${N:-8}
+PROMPTS=${PROMPTS:-64}
+WARMUP=${WARMUP:-64}
+OUT_TOKENS=${OUT_TOKENS:-100}
+PAGE=${PAGE:-$ROOT/docs/results/policies.md}
+TOKDIR=$MODELS/smollm2-135m
+
+runs=()
+for t in $TARGETS; do
+  cfg="$RAW/configs/share-$t.yaml"
+  cat >"$cfg" <<YAML
+model:
+  quick:
+    path: $TOKDIR
+    sim:
+      latency_ms: {base: 0.2, per_seq: 0.0, per_token: 0.0}
+      vocab_size: 49152
+  reference:
+    path: $TOKDIR
+    sim:
+      latency_ms: {base: 0.4, per_seq: 0.0, per_token: 0.0}
+      vocab_size: 49152
+system:
+  entry_model: quick
+scheduler_class: Random
+scheduler_kwargs: {probability: $START_P}
+target_large_share: $t
+backend: sim
+sim: {seed: 0}
+execution_mode: async_delayed
+YAML
+  bench_serve "target-$t" "$cfg" --synthetic 8,"$OUT_TOKENS" --ignore-eos --concurrency "$N" \
+    --num-prompts "$PROMPTS" --warmup "$WARMUP" --max-tokens "$OUT_TOKENS"
+  runs+=(--run "target $t=$RAW/target-$t")
+done
+
+finding=$(python3 - "$RAW" $TARGETS <<'PY'
+import json, sys
+raw, targets = sys.argv[1], sys.argv[2:]
+worst, parts = 0.0, []
+for t in targets:
+    s = json.load(open(f"{raw}/target-{t}/summary.json"))[0]["large_model_share"]
+    worst = max(worst, abs(s - float(t)))
+    parts.append(f"target {t}: measured {s:.3f}")
+print(f"Measured against target ({'; '.join(parts)}): the largest miss is {100*worst:.1f} percentage points.")
+PY
+)
+
+"$BIN" report --title "Policies: target_large_share steers the cost" --command "make bench-policies" \
+  --out "$PAGE" "${runs[@]}" \
+  --note "Two simulated models (0.2 / 0.4 ms steps; the sim draws tokens, no weights run) behind \`tokenrouter serve\`, \`Random\` routing (R2R hand-over: the small model's token is dropped and the large model writes that position) starting at probability $START_P, with \`target_large_share\` set to each target in turn. The share controller moves the routing threshold while $WARMUP unmeasured warm-up requests run; then \`tokenrouter bench\` measures $PROMPTS requests of $OUT_TOKENS tokens (\`ignore_eos\`, each its own seed) at N = $N. The large share is the gateway's per-token writer attribution (\`usage.completion_tokens_by_model\`). The measured share is not the raw probability, because a hand-over drops the small model's token; that is what the controller is for." \
+  --finding "$finding"
