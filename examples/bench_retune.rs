@@ -27,6 +27,7 @@ use operator::retune::{
     decide, threshold_at, Decision, GroupTuner, GroupView, MetricsSource, PodTarget, TuneOutcome,
     TuneSettings,
 };
+use loadgen::page::Page;
 use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 use tuner::metrics::MetricsEstimate;
 use tuner::{predict, StepLatency, TunerInputs};
@@ -190,32 +191,7 @@ fn live(p_before: f64, p_after: f64, n: usize) -> Live {
 }
 
 fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn command_output(cmd: &str, args: &[&str]) -> String {
-    std::process::Command::new(cmd)
-        .args(args)
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
-}
-
-fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{cpu}, {cores} cores")
+    loadgen::machine::load_average().map_or_else(|| "unknown".into(), |l| format!("{l:.2}"))
 }
 
 fn svg(lives: &[(usize, f64, f64, Live)]) -> String {
@@ -316,8 +292,10 @@ fn main() {
     let seconds: f64 = env_or("BENCH_RETUNE_SECONDS", 6.0);
     let seeds: usize = env_or("BENCH_RETUNE_SEEDS", 2);
     let out_dir = PathBuf::from(env_or("BENCH_RETUNE_OUT", "docs/results".to_string()));
-    let load_before = load_average();
-    let started = chrono_like_now();
+    let mut page = Page::begin(
+        "Live retuning of B: the measured cost of a stale table",
+        "make bench-retune",
+    );
     let mut rows = String::new();
     let mut lives = Vec::new();
     for &n in &CONCURRENCIES {
@@ -359,59 +337,39 @@ fn main() {
             lives.push((n, other, truth, l));
         }
     }
-    let commit = command_output("git", &["rev-parse", "--short", "HEAD"]);
-    let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "# Live retuning of B: the measured cost of a stale table (issue #12)\n"
+    page.para(
+        "Other work may share the machine (see the load average above): the sim backend sleeps, so \
+         its steps keep their length under load, but the scheduler threads compete for the cores.",
     );
-    let _ = writeln!(md, "```\nmake bench-retune\n```\n");
-    let _ = writeln!(
-        md,
-        "Date {started} (UTC); commit `{commit}`; machine: {}; load average {load_before} before, {} after \
-         (other work shared the machine; the sim backend sleeps, so its steps keep their length under load, \
-         but the scheduler threads compete for the cores).\n",
-        machine(),
-        load_average()
-    );
-    let _ = writeln!(
-        md,
+    page.para(&format!(
         "Setting: the sim pair (6.0 / 27.9 ms steps), Random routing at p (R2R semantics: the small model's \
          token is dropped and the large model writes it), an in-process group with its admin HTTP surface, \
          closed-loop clients keeping N requests of 128 tokens in flight. Each measured number is the mean of \
          {seeds} runs of {seconds} s after {} s of warm-up; in parentheses, the exact chain's prediction for the \
-         same table and the true p. Tables are B*(n) for n = 1..N from the tuner; the column shows B at n = N.\n",
+         same table and the true p. Tables are B*(n) for n = 1..N from the tuner; the column shows B at n = N.",
         WARMUP.as_secs()
-    );
-    let _ = writeln!(
-        md,
+    ));
+    page.para(&format!(
         "(d) live: the group starts at the other p with the table tuned for it; after {LIVE_BEFORE_S} s p \
          changes through `PUT /admin/routing_threshold`; the operator's tune loop (`operator::retune::GroupTuner`, \
          scraping `/metrics` every {TICK_S} s, hysteresis 2%) estimates and pushes. Shown: tokens/s over the \
          {LIVE_AFTER_S} s after the change / over the part after {} s (once the loop had two windows), beside \
-         the prediction for the tuned table; and when the first push came after the change.\n",
+         the prediction for the tuned table; and when the first push came after the change.",
         2.0 * TICK_S + 1.0
-    );
-    let _ = writeln!(
-        md,
-        "| N | true p | (a) B tuned for p | (a) tok/s (pred.) | (b) stale B | (b) tok/s (pred.) | (b) vs (a) | (c) B=1 tok/s (pred.) | (c) vs (a) | (d) live tok/s: after change / settled (pred. of (a)) | (d) first push after change | (d) B at N in force at the end |"
-    );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-    md.push_str(&rows);
-    let _ = writeln!(
-        md,
-        "\n![throughput over time across the change](retune.svg)\n\nThroughput over time of the live runs \
-         (0.5 s bins); dots mark pushes of a new table. Read the table plainly: where (b) is within a few \
-         percent of (a), a stale B costs little at that concurrency; the tune loop's hysteresis then keeps the \
-         old table, which is the intended behaviour."
+    ));
+    page.para(&format!(
+        "| N | true p | (a) B tuned for p | (a) tok/s (pred.) | (b) stale B | (b) tok/s (pred.) | (b) vs (a) | (c) B=1 tok/s (pred.) | (c) vs (a) | (d) live tok/s: after change / settled (pred. of (a)) | (d) first push after change | (d) B at N in force at the end |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|\n{rows}"
+    ));
+    page.image("throughput over time across the change", "retune.svg");
+    page.para(
+        "Throughput over time of the live runs (0.5 s bins); dots mark pushes of a new table. Read the \
+         table plainly: where (b) is within a few percent of (a), a stale B costs little at that \
+         concurrency; the tune loop's hysteresis then keeps the old table, which is the intended behaviour.",
     );
     std::fs::create_dir_all(&out_dir).expect("output folder");
-    std::fs::write(out_dir.join("retune.md"), md).expect("write retune.md");
+    page.write(&out_dir.join("retune.md"))
+        .expect("write retune.md");
     std::fs::write(out_dir.join("retune.svg"), svg(&lives)).expect("write retune.svg");
     eprintln!("wrote {}", out_dir.join("retune.md").display());
-}
-
-/// `YYYY-MM-DD HH:MM` in UTC from `date`, without a date crate.
-fn chrono_like_now() -> String {
-    command_output("date", &["-u", "+%Y-%m-%d %H:%M"])
 }

@@ -71,8 +71,8 @@ pub fn compare(token_level: &[Point], query_level: &Point) -> String {
     if let (Some(ppl), Some(q)) = (ppl, query_level.perplexity) {
         if let Some(t) = interpolate(&ppl, s) {
             out.push_str(&format!(
-                "; large-model perplexity {t:.2} against {q:.2}, so it sits **{}** on perplexity \
-                 (lower is better)",
+                "; large-model perplexity {t:.2} against {q:.2}, so it sits **{}** it on \
+                 perplexity (lower is better)",
                 verdict(t < q, (t - q).abs() < 5e-3)
             ));
         }
@@ -113,7 +113,7 @@ mod tests {
         assert!(above.contains("**above** query-level on agreement"), "{above}");
         assert!(above.contains("agreement 0.400 against 0.300"), "{above}");
         assert!(above.contains("perplexity 6.50 against 7.00"), "{above}");
-        assert!(above.contains("**above** on perplexity"), "{above}");
+        assert!(above.contains("**above** it on perplexity"), "{above}");
         let below = compare(&curve, &p(0.2, 0.5, None));
         assert!(below.contains("**below**"), "{below}");
         assert!(!below.contains("perplexity"), "{below}");

@@ -39,6 +39,14 @@ impl Page {
         }
     }
 
+    /// Dates the page from when a measurement began (date and load average
+    /// then), for pages assembled after the run by `tokenrouter report`.
+    pub fn started_at(&mut self, date: &str, load: Option<f64>) -> &mut Self {
+        self.started = date.into();
+        self.load_start = load;
+        self
+    }
+
     /// A paragraph of prose.
     pub fn para(&mut self, text: &str) -> &mut Self {
         let _ = writeln!(self.body, "{}\n", text.trim());

@@ -9,6 +9,11 @@ ROOT=$(cd "$HERE/../.." && pwd)
 SMALL=$MODELS/smollm2-135m-l12
 LARGE=$MODELS/smollm2-135m
 mkdir -p "$RAW/configs"
+# When and under what load the measurement began: `report` dates the page
+# from here, not from the moment it assembles the page.
+STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+LOAD0=$(cut -d' ' -f1 /proc/loadavg)
+since=(--started "$STARTED" --load-start "$LOAD0")
 
 # pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = 12-layer early
 # exit, reference = full model) with routing policy CLASS and its kwargs

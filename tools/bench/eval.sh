@@ -28,5 +28,5 @@ p=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["large_share
 ev random "Random p=$(printf %.3f "$p")" "$(pair_config random-eval Random "{probability: $p, seed: 0}")"
 ev query-level query-level "$(pair_config query-level QueryLevel "{}")"
 "$BIN" report --title "Accuracy on the project's math problems" --command "make bench-eval" \
-  --out "$PAGE" "${args[@]}" \
+  --out "$PAGE" "${since[@]}" "${args[@]}" \
   --note "\`tokenrouter eval\` against \`tokenrouter serve\` for each method, on the first $LIMIT problems of \`data/eval/math30.jsonl\` (written for this project; answers extracted from \`\\boxed{}\` or the final number, compared by a normalizing checker). SmolLM2-135M-Instruct (f32) as the large model, its 12-layer early exit as the small one; chat template, temperature 0, up to $MAX_TOKENS tokens, $N problems at a time. The seed article's table for comparison (Qwen3 pair on a Mac): small 20/30, large 27/30, R2R 23/30 at 28.3% share."

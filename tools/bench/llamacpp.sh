@@ -24,7 +24,7 @@ bench_serve tokenrouter-routed "$(pair_config routed RStitch "{threshold: ${TAU:
 
 version=$("$LLAMA_PY" -c 'import llama_cpp; print(llama_cpp.__version__)')
 "$BIN" report --title "A peer on the same machine: llama.cpp" --command "make bench-llamacpp" \
-  --out "$PAGE" \
+  --out "$PAGE" "${since[@]}" \
   --run "llama.cpp ($version, Q4_1)=$RAW/llama.cpp" \
   --run "tokenrouter large-only (f32)=$RAW/tokenrouter-large-only" \
   --run "tokenrouter routed, R-Stitch τ\\=${TAU:-0.1} (f32)=$RAW/tokenrouter-routed" \

@@ -55,6 +55,6 @@ PY
 )
 
 "$BIN" report --title "Policies: target_large_share steers the cost" --command "make bench-policies" \
-  --out "$PAGE" "${runs[@]}" \
+  --out "$PAGE" "${since[@]}" "${runs[@]}" \
   --note "Two simulated models (0.2 / 0.4 ms steps; the sim draws tokens, no weights run) behind \`tokenrouter serve\`, \`Random\` routing (R2R hand-over: the small model's token is dropped and the large model writes that position) starting at probability $START_P, with \`target_large_share\` set to each target in turn. The share controller moves the routing threshold while $WARMUP unmeasured warm-up requests run; then \`tokenrouter bench\` measures $PROMPTS requests of $OUT_TOKENS tokens (\`ignore_eos\`, each its own seed) at N = $N. The large share is the gateway's per-token writer attribution (\`usage.completion_tokens_by_model\`). The measured share is not the raw probability, because a hand-over drops the small model's token; that is what the controller is for." \
   --finding "$finding"

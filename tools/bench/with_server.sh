@@ -28,7 +28,7 @@ deadline=$((SECONDS + 900))
 while :; do
   kill -0 "$pid" 2>/dev/null || { echo "server exited; its log ($log):" >&2; tail -20 "$log" >&2; exit 1; }
   if [[ $url == auto ]]; then
-    found=$(grep -o 'listening on http://[^ ]*' "$log" | head -1 | sed 's/listening on //' || true)
+    found=$(grep -so 'listening on http://[^ ]*' "$log" | head -1 | sed 's/listening on //' || true)
     [[ -n $found ]] && curl -sf "$found/v1/models" >/dev/null 2>&1 && { url=$found; break; }
   elif curl -sf "$url/v1/models" >/dev/null 2>&1; then
     break

@@ -42,6 +42,12 @@ pub struct ReportArgs {
     /// With --agreement-reference: the query-level method's label.
     #[arg(long, requires = "agreement_reference")]
     query_level: Option<String>,
+    /// When the measurement began (UTC), if before this command; the page's date.
+    #[arg(long, requires = "load_start")]
+    started: Option<String>,
+    /// The 1-minute load average when the measurement began.
+    #[arg(long, requires = "started")]
+    load_start: Option<f64>,
     /// A paragraph placed before the tables (repeatable).
     #[arg(long = "note")]
     notes: Vec<String>,
@@ -85,6 +91,9 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
         .to_string();
     let assets = args.out.parent().unwrap_or(Path::new(".")).join(&stem);
     let mut page = Page::begin(&args.title, &args.command);
+    if let Some(date) = &args.started {
+        page.started_at(date, args.load_start);
+    }
     for n in &args.notes {
         page.para(n);
     }
