@@ -23,11 +23,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use loadgen::page::Page;
 use operator::retune::{
     decide, threshold_at, Decision, GroupTuner, GroupView, MetricsSource, PodTarget, TuneOutcome,
     TuneSettings,
 };
-use loadgen::page::Page;
 use retune_support::{Load, SimGroup, Topology, LATENCY_MS, MODELS};
 use tuner::metrics::MetricsEstimate;
 use tuner::{predict, StepLatency, TunerInputs};

@@ -206,12 +206,19 @@ fn main() -> Result<()> {
         "Above N^M = 256 vectors `--search auto` switches to a pattern search seeded with \
          B*(N-1); each vector it visits is still solved exactly.",
     );
-    let big = if q { "5,6" } else { "17,20,24,28,32,40,48,56,64" };
+    let big = if q {
+        "5,6"
+    } else {
+        "17,20,24,28,32,40,48,56,64"
+    };
     table_section(&mut page, &format!("{REF} --concurrency {big}"))?;
     if !q {
         page.para("Without a seed (coarse-grid start) at N = 64, and exhaustively at N = 32:");
         table_section(&mut page, &format!("{REF} --concurrency 64"))?;
-        table_section(&mut page, &format!("{REF} --concurrency 32 --search exhaustive"))?;
+        table_section(
+            &mut page,
+            &format!("{REF} --concurrency 32 --search exhaustive"),
+        )?;
     }
 
     page.section("3 models (ME)");
@@ -223,7 +230,10 @@ fn main() -> Result<()> {
     );
     let me = table_section(
         &mut page,
-        &format!("--latencies-ms 6.0,12.0,27.9 {ME} --concurrency 1..{}", upto(8)),
+        &format!(
+            "--latencies-ms 6.0,12.0,27.9 {ME} --concurrency 1..{}",
+            upto(8)
+        ),
     )?;
     if !q {
         let exhaustive = table_section(
@@ -241,7 +251,10 @@ fn main() -> Result<()> {
                 }
             })
             .collect();
-        page.para(&format!("Local against exhaustive search: {}.", same.join("; ")));
+        page.para(&format!(
+            "Local against exhaustive search: {}.",
+            same.join("; ")
+        ));
     }
 
     page.section("Results do not depend on delta");

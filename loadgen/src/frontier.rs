@@ -62,7 +62,10 @@ pub fn compare(token_level: &[Point], query_level: &Point) -> String {
          interpolation between the token-level points): agreement {a:.3} against {:.3}, so \
          token-level routing sits **{}** query-level on agreement",
         query_level.agreement,
-        verdict(a > query_level.agreement, (a - query_level.agreement).abs() < 5e-4)
+        verdict(
+            a > query_level.agreement,
+            (a - query_level.agreement).abs() < 5e-4
+        )
     );
     let ppl: Option<Vec<(f64, f64)>> = pts
         .iter()
@@ -110,7 +113,10 @@ mod tests {
             p(1.0, 1.0, Some(2.0)),
         ];
         let above = compare(&curve, &p(0.2, 0.3, Some(7.0)));
-        assert!(above.contains("**above** query-level on agreement"), "{above}");
+        assert!(
+            above.contains("**above** query-level on agreement"),
+            "{above}"
+        );
         assert!(above.contains("agreement 0.400 against 0.300"), "{above}");
         assert!(above.contains("perplexity 6.50 against 7.00"), "{above}");
         assert!(above.contains("**above** it on perplexity"), "{above}");

@@ -82,7 +82,8 @@ impl Job {
                 let delta = decoder.push(token).unwrap_or_default();
                 finish = stop.push(token, &delta);
                 let ends_without_token = finish.as_ref().is_some_and(|f| {
-                    (f.reason == FinishReason::Stop && f.matched.is_none()) || f.stop_token.is_some()
+                    (f.reason == FinishReason::Stop && f.matched.is_none())
+                        || f.stop_token.is_some()
                 });
                 if !ends_without_token {
                     usage.completion_tokens += 1;

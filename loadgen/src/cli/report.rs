@@ -7,8 +7,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use crate::compare::{add_eval, add_quality, add_runs, point, Run};
-use crate::frontier;
 use crate::eval::run::EvalReport;
+use crate::frontier;
 use crate::page::Page;
 
 /// Arguments of `report`.
