@@ -556,3 +556,55 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
         "{out}"
     );
 }
+
+#[test]
+fn std_serving_answers_behind_the_same_openai_endpoint() {
+    // `tokenrouter std-serving --serve`: two single-model servers and the
+    // one-token-per-call forwarder behind the gateway (what `make bench-cpu`
+    // drives as its Std. Serving row), on the sim pair.
+    let cfg = repo().join("config/sim-gateway.yaml");
+    let served = Served::spawn(
+        &[
+            "std-serving",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+        ],
+        None,
+        &[],
+    );
+    let client = reqwest::blocking::Client::builder()
+        .timeout(HANG)
+        .build()
+        .unwrap();
+    let body = serde_json::json!({
+        "model": "tokenrouter",
+        "messages": [{"role": "user", "content": "Count to ten."}],
+        "max_tokens": 48,
+        "ignore_eos": true,
+        "seed": 3,
+    });
+    let resp = client
+        .post(format!("{}/v1/chat/completions", served.url))
+        .json(&body)
+        .send()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: serde_json::Value = resp.json().unwrap();
+    let usage = &v["usage"];
+    assert_eq!(usage["completion_tokens"], 48, "{v}");
+    let by_model = usage["completion_tokens_by_model"].as_object().unwrap();
+    let counts: Vec<u64> = ["quick", "reference"]
+        .iter()
+        .map(|m| by_model.get(*m).and_then(|c| c.as_u64()).unwrap_or(0))
+        .collect();
+    assert_eq!(counts.iter().sum::<u64>(), 48, "{v}");
+    // Bernoulli(0.35) over 48 positions: both models write (0.65^48 < 1e-8).
+    assert!(counts.iter().all(|&c| c > 0), "{v}");
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!text.is_empty(), "{v}");
+}
