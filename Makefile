@@ -180,11 +180,15 @@ bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
 	  --credit '[[1,0],[1,0]]' --delta-ms 0.1 --concurrency 1..16
 
-# Overload (5x capacity) and leak (10,000 mixed requests) runs; several minutes.
+# Overload (5x capacity for 60 s) and leak (10,000 mixed requests) runs,
+# ~5 minutes -> docs/results/reliability-soak.md; fails when an invariant
+# breaks. SOAK_ARGS shortens it (e.g. `--overload-seconds 10 --requests 500`).
+SOAK_ARGS ?=
 soak: assets
 	cargo build --release --example soak
 	$(TARGET_DIR)/release/examples/soak --config $(ROOT)/config/sim-gateway-bench.yaml \
-	  --out $(ROOT)/docs/results/reliability.md
+	  --command 'make soak$(if $(SOAK_ARGS), SOAK_ARGS="$(SOAK_ARGS)")' $(SOAK_ARGS) \
+	  --out $(ROOT)/docs/results/reliability-soak.md
 
 # --- Fuzzing (nightly; `make test` runs the same entry points as property tests)
 

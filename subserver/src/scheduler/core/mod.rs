@@ -14,6 +14,7 @@
 mod endings;
 mod handover;
 mod intake;
+mod invariants;
 mod planning;
 mod stepping;
 
@@ -283,6 +284,9 @@ impl<R: ModelRunner> Scheduler<R> {
             }
             Inbound::Nudge => {}
             Inbound::Shutdown => self.shutting_down = true,
+            Inbound::CheckInvariants(reply) => {
+                let _ = reply.send(self.check_invariants());
+            }
         }
     }
 }
