@@ -191,6 +191,9 @@ soak: assets
 	  --out $(ROOT)/docs/results/reliability-soak.md
 
 # --- Fuzzing (nightly; `make test` runs the same entry points as property tests)
+# FUZZ_SECONDS per target (6 targets: ~6 minutes plus the build) ->
+# docs/results/fuzz.md; fails when a target finds a crash (its input is
+# left under fuzz/artifacts/<target>/).
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= gateway_request peer_wire config_yaml gguf safetensors router_checkpoint
@@ -202,12 +205,19 @@ FUZZ_SANITIZER ?= none
 
 fuzz: $(CACHE)/.torch-min.stamp
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-	cd fuzz && for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_WORK)/$$t && \
-	  CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
+	mkdir -p $(FUZZ_WORK)/logs
+	cd fuzz && CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz build --release --sanitizer $(FUZZ_SANITIZER)
+	load=$$(cut -d' ' -f1 /proc/loadavg); cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_WORK)/$$t && echo "fuzzing $$t for $(FUZZ_SECONDS) s" && \
+	  { LD_LIBRARY_PATH=$(LIBTORCH)/lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	    CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
 	    $(FUZZ_WORK)/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 || exit 1; \
-	done
+	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 > $(FUZZ_WORK)/logs/$$t.log 2>&1; \
+	    echo $$? > $(FUZZ_WORK)/logs/$$t.rc; tail -n 12 $(FUZZ_WORK)/logs/$$t.log; }; \
+	done; \
+	./report.sh $(ROOT)/docs/results/fuzz.md 'make fuzz$(if $(filter-out 60,$(FUZZ_SECONDS)), FUZZ_SECONDS=$(FUZZ_SECONDS))' \
+	  $(FUZZ_SECONDS) $$load $(FUZZ_WORK)/logs $(FUZZ_TARGETS); \
+	for t in $(FUZZ_TARGETS); do test "$$(cat $(FUZZ_WORK)/logs/$$t.rc)" = 0 || { echo "fuzz target $$t failed"; exit 1; }; done
 
 # --- Kubernetes: test kit, CRD, chart, images --------------------------------
 

@@ -54,6 +54,11 @@ struct Args {
     /// Seed of the leak phase's mix.
     #[arg(long, default_value_t = 14)]
     seed: u64,
+    /// KV pool of every model, in tokens: 12 blocks, less than the gateway's
+    /// 8 admitted requests need, so requests preempt each other in both
+    /// phases (preemption must not leak either).
+    #[arg(long, default_value_t = 192)]
+    kv_tokens: usize,
     /// RSS may grow by at most this much over a phase (MiB) before the run fails.
     #[arg(long, default_value_t = 256)]
     rss_growth_mib: u64,
@@ -352,7 +357,8 @@ async fn one_leak_request(
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let cfg = EngineConfig::from_file(&args.config)?;
+    let mut cfg = EngineConfig::from_file(&args.config)?;
+    cfg.override_kv_tokens(args.kv_tokens)?;
     let service = Service::start(&cfg, None)?;
     let options = GatewayOptions {
         max_inflight: args.capacity,
@@ -371,7 +377,8 @@ async fn main() -> anyhow::Result<()> {
          fixed step latencies, no model compute, so the numbers measure admission, \
          scheduling and bookkeeping). Settings: capacity {} (max_inflight) + {} (max_queue), \
          overload {} s, unloaded reference {} s, leak run {} requests with {} clients at \
-         once, seed {}. The machine is a shared development host: other builds and tests \
+         once, seed {}, a KV pool of {} tokens per model (so that requests preempt each \
+         other). The machine is a shared development host: other builds and tests \
          ran at the same time (see the load average), so rates are noisy; the invariants \
          are not.",
         args.config.file_name().map_or_else(
@@ -385,6 +392,7 @@ async fn main() -> anyhow::Result<()> {
         args.requests,
         args.leak_concurrency,
         args.seed,
+        args.kv_tokens,
     ));
 
     // 1. Overload.

@@ -138,6 +138,9 @@ fn assert_kv_returned(g: &Group) {
             s.kv_requests == 0 && s.kv_available_blocks == s.kv_blocks && s.kv_blocks > 0
         });
         if ok {
+            for m in 0..2 {
+                g.check_invariants(m, HANG).unwrap();
+            }
             return;
         }
         assert!(
