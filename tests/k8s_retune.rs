@@ -26,7 +26,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::Client;
 use operator::retune::threshold_at;
 use retune_support::{Load, SimGroup, Topology, MODELS};
 use serde_json::json;
@@ -191,8 +190,16 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
             .get_opt(&format!("{NAME}-admin-token"))
             .await
             .unwrap()?;
-        let bytes = s.data?.get("token")?.0.clone();
-        Some(String::from_utf8(bytes).unwrap())
+        // The kit keeps the Secret as the operator sent it (`stringData`).
+        let from_data = s
+            .data
+            .as_ref()
+            .and_then(|d| d.get("token"))
+            .map(|b| b.0.clone());
+        match from_data {
+            Some(bytes) => Some(String::from_utf8(bytes).unwrap()),
+            None => s.string_data?.get("token").cloned(),
+        }
     }));
     let group = SimGroup::start_with_token(
         &common::binary(),
@@ -266,7 +273,7 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
     assert!(thresholds.applied_at.is_some());
     let table_06 = in_order(&thresholds.table);
     let tuning = retuned.tuning.clone().unwrap();
-    let estimate = tuning.estimate.unwrap();
+    let estimate = tuning.estimate.clone().unwrap();
     assert_eq!(estimate.models[0].name, MODELS[0]);
     assert_eq!(estimate.predicted_tokens_per_second.len(), MAX_N);
     assert!(estimate

@@ -204,9 +204,15 @@ async fn admin_token(
 ) -> Result<Option<String>, TuneError> {
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     Ok(api.get_opt(&names::admin_secret(trd)).await?.and_then(|s| {
-        s.data?
-            .get(names::ADMIN_TOKEN_KEY)
-            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+        let data = s
+            .data
+            .and_then(|d| d.get(names::ADMIN_TOKEN_KEY).map(|b| b.0.clone()));
+        // An API server turns `stringData` into `data`; a store that keeps objects as sent
+        // (the k8s test kit's stand-ins) still has the former.
+        let text = data
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .or_else(|| s.string_data?.get(names::ADMIN_TOKEN_KEY).cloned())?;
+        Some(text.trim().to_string())
     }))
 }
 
