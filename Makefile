@@ -256,7 +256,7 @@ helm-check: k8s-kit
 # Starts the kit on its own state dir, runs the Kubernetes tests against it
 # (TOKENROUTER_REQUIRE_K8S=1: a missing cluster fails them), stops it even on failure.
 test-k8s: k8s-kit hadolint helm-check
-	$(call with_k8s,cargo test --release $(K8S_TESTS) && cargo test --release --test k8s_engine_config)
+	$(call with_k8s,cargo test --release $(K8S_TESTS) && cargo test --release --test k8s_engine_config --test k8s_retune)
 
 # $(call with_k8s,CMD): runs CMD with the kit up on its own state dir and
 # stops the kit even when CMD fails.

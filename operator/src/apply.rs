@@ -286,6 +286,10 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
     let mut status = TokenRouterDeploymentStatus {
         observed_generation: trd.metadata.generation,
         selector: Some(names::serving_pods_selector(&trd, component)),
+        // The tune loop owns `tuning`, and `thresholds` once tuned (crate::tune::status):
+        // left out of this merge patch, a reconcile that read an older status cannot undo them.
+        tuning: None,
+        thresholds: None,
         ..old.clone()
     };
 
@@ -493,7 +497,7 @@ async fn apply_all(
     status.groups = computed.groups;
     status.desired_groups = desired;
     status.models = computed.models;
-    status.thresholds = Some(thresholds);
+    status.thresholds = (thresholds.source == ThresholdSource::Fixed).then_some(thresholds);
     status.observed_concurrency = load.and_then(|l| i64::try_from(l).ok());
     Ok(monitor_problem)
 }

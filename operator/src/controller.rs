@@ -95,7 +95,15 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         "app.kubernetes.io/managed-by={}",
         names::FIELD_MANAGER
     ));
-    Controller::new(trds, Config::default())
+    // The tune loop: a second controller over the same resources (crate::tune::driver).
+    let registry = ctx.metrics.registry.clone();
+    let tune = crate::tune::driver::run(
+        client.clone(),
+        ctx.reporter.clone(),
+        &registry,
+        namespace.clone(),
+    );
+    let main = Controller::new(trds, Config::default())
         .owns(sets, owned.clone())
         .owns(services, owned.clone())
         .owns(maps, owned.clone())
@@ -107,8 +115,8 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
                 Ok((obj, _)) => info!(resource = %obj, "reconciled"),
                 Err(e) => warn!(error = %e, "reconcile error"),
             }
-        })
-        .await;
+        });
+    futures::future::join(main, tune).await;
 }
 
 #[cfg(test)]
