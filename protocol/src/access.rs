@@ -43,9 +43,7 @@ impl AdminToken {
     pub fn from_env() -> Result<Option<Self>, String> {
         Ok(match std::env::var_os(TOKEN_FILE_ENV) {
             Some(path) if !path.is_empty() => Some(Self::from_file(Path::new(&path))?),
-            _ => std::env::var(TOKEN_ENV)
-                .ok()
-                .and_then(|t| Self::new(&t)),
+            _ => std::env::var(TOKEN_ENV).ok().and_then(|t| Self::new(&t)),
         })
     }
 

@@ -2,6 +2,7 @@
 //! import), the decoder architectures, the paged KV cache with its radix
 //! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
 
+pub mod asset_error;
 pub mod assets;
 pub mod bench;
 /// The engine config (crate `engine-config`, torch-free; re-exported so
