@@ -113,14 +113,21 @@ clean-models:
 run: assets
 	$(BIN) serve
 
+# Crates whose module graph must stay free of cycles (`make lint`).
+MODGRAPH_CRATES := protocol textio engine-config kernels subserver gateway tuner crds operator loadgen
+
 lint:
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	cargo clippy --release -p gateway --no-default-features --all-targets -- -D warnings
+	tools/check_torch_free.sh
+	for c in $(MODGRAPH_CRATES); do python3 tools/modgraph.py $$c/src || exit 1; done
 
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing).
 test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
+	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
 
 # Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
 # JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.

@@ -21,8 +21,8 @@ use tracing::info;
 
 use crate::autoscale::{self, Decision};
 use crate::build::{self, config, name_of, serving, Desired, Inputs};
+use crate::context::key;
 use crate::context::Context;
-use crate::controller::key;
 use crate::error::Result;
 use crate::groups;
 use crate::names;

@@ -16,14 +16,9 @@ use kube::runtime::watcher::Config;
 use kube::ResourceExt;
 use tracing::{info, warn};
 
-use crate::context::Context;
+use crate::context::{key, Context};
 use crate::error::{Error, Result};
 use crate::{apply, cleanup, names};
-
-/// Key of a resource in the context's memory.
-pub fn key(trd: &TokenRouterDeployment) -> String {
-    format!("{}/{}", trd.namespace().unwrap_or_default(), trd.name_any())
-}
 
 /// Brings the cluster in line with one resource (or removes what it owns
 /// when it is being deleted).

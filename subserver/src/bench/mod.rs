@@ -3,5 +3,6 @@
 
 pub mod forwarder;
 pub mod profile;
+pub mod random_init;
 pub mod random_model;
 pub mod sim_bench;
