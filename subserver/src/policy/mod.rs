@@ -14,7 +14,8 @@ pub mod r2r;
 pub mod random;
 pub mod router;
 pub mod rstitch;
-pub mod signal_health;
+/// Per-step signal failures (they live with the routing seam, which reports them).
+pub use crate::routing::signal_health;
 pub mod signals;
 pub mod single;
 pub mod step_delimiter;
@@ -215,6 +216,17 @@ pub fn kwarg_u64(kwargs: &serde_json::Value, key: &str) -> Result<Option<u64>, P
         Some(v) => v.as_u64().map(Some).ok_or_else(|| PolicyError::BadKwarg {
             key: key.into(),
             reason: format!("expected a non-negative integer, got {v}"),
+        }),
+    }
+}
+
+/// Reads an optional boolean kwarg.
+pub fn kwarg_bool(kwargs: &serde_json::Value, key: &str) -> Result<Option<bool>, PolicyError> {
+    match kwargs.get(key) {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v.as_bool().map(Some).ok_or_else(|| PolicyError::BadKwarg {
+            key: key.into(),
+            reason: format!("expected true or false, got {v}"),
         }),
     }
 }
