@@ -253,13 +253,17 @@ fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
     assert!(large > 0, "the reference wrote nothing");
 }
 
-/// Submits bursts until one is served entirely (the peer is back).
+/// Submits bursts until one is served entirely, with no fallback (the
+/// peer is back).
 fn until_served(entry: &MemberService, what: &str) {
     let t0 = Instant::now();
     loop {
         assert!(t0.elapsed() < HANG, "{what}: the peer never rejoined");
         let outcomes = burst(entry, 4, 20);
-        if outcomes.iter().all(Result::is_ok) {
+        if outcomes
+            .iter()
+            .all(|o| o.as_ref().is_ok_and(|u| u.peer_fallbacks == 0))
+        {
             all_served(&outcomes, 20);
             println!("{what}: rejoined after {:?}", t0.elapsed());
             return;
@@ -446,17 +450,6 @@ fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
         assert_eq!(u.tokens_by_model, vec![20, 0]);
     }
     child = spawn_reference(&cfg_path);
-    let t0 = Instant::now();
-    loop {
-        assert!(t0.elapsed() < HANG, "the peer never rejoined");
-        let outcomes = burst(&entry, 4, 20);
-        if outcomes
-            .iter()
-            .all(|o| o.as_ref().is_ok_and(|u| u.peer_fallbacks == 0))
-        {
-            all_served(&outcomes, 20);
-            break;
-        }
-    }
+    until_served(&entry, "after the restart");
     drop(child);
 }
