@@ -242,6 +242,25 @@ fn burst(entry: &MemberService, n: u32, max_tokens: usize) -> Vec<Result<Usage, 
     rxs.into_iter().map(|mut rx| finish(&mut rx)).collect()
 }
 
+/// Submits 6 greedy requests of `max_tokens` at once; their streams.
+fn submit_long(
+    entry: &MemberService,
+    max_tokens: usize,
+) -> Vec<tokio::sync::mpsc::UnboundedReceiver<StreamEvent>> {
+    (0..6u32)
+        .map(|i| {
+            entry
+                .member()
+                .submit(
+                    vec![i + 7, 2],
+                    SamplingParams::greedy(max_tokens),
+                    Default::default(),
+                )
+                .1
+        })
+        .collect()
+}
+
 /// Every request succeeded with both models writing.
 fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
     let mut large = 0;
@@ -340,18 +359,7 @@ fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
     until_served(&entry, "after dropped frames");
 
     // The process dies mid-generation.
-    let rxs: Vec<_> = (0..6u32)
-        .map(|i| {
-            entry
-                .member()
-                .submit(
-                    vec![i + 7, 2],
-                    SamplingParams::greedy(400),
-                    Default::default(),
-                )
-                .1
-        })
-        .collect();
+    let rxs = submit_long(&entry, 400);
     drop(child);
     let outcomes: Vec<_> = rxs.into_iter().map(|mut rx| finish(&mut rx)).collect();
     failed_cleanly(&outcomes, &entry);
@@ -392,18 +400,7 @@ fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
 
     // Long requests; the reference dies once it has written some of them.
     let max_tokens = 400;
-    let rxs: Vec<_> = (0..6u32)
-        .map(|i| {
-            entry
-                .member()
-                .submit(
-                    vec![i + 7, 2],
-                    SamplingParams::greedy(max_tokens),
-                    Default::default(),
-                )
-                .1
-        })
-        .collect();
+    let rxs = submit_long(&entry, max_tokens);
     let t0 = Instant::now();
     while entry.member().stats().committed_by_writer[1] == before.committed_by_writer[1] {
         assert!(t0.elapsed() < HANG, "the reference never wrote");
