@@ -17,13 +17,13 @@ use subserver::bench::me_route::{run, MeRouteOptions, MeRouteRun};
 
 #[derive(Parser)]
 struct Args {
-    /// Requests per run (request i has sampling seed i).
+    /// Requests per run (request i of run seed s has sampling seed s << 32 | i).
     #[arg(long, default_value_t = 32)]
     requests: u64,
     /// Output tokens per request.
     #[arg(long, default_value_t = 128)]
     max_tokens: usize,
-    /// Policy seeds (the `seed` kwarg); one pair of runs each.
+    /// Run seeds; one pair of runs (detour, direct) each.
     #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
     seeds: Vec<u64>,
     /// ME weights, one per model (model 0 is the entry).
@@ -55,12 +55,12 @@ fn main() -> Result<()> {
             weights: args.weights.clone(),
             requests: args.requests,
             max_tokens: args.max_tokens,
-            policy_seed: seed,
+            run_seed: seed,
         };
         let detour = run(&opts, false).map_err(anyhow::Error::msg)?;
         let direct = run(&opts, true).map_err(anyhow::Error::msg)?;
         if direct.outputs != detour.outputs {
-            bail!("policy seed {seed}: the direct route changed the tokens or their writers");
+            bail!("run seed {seed}: the direct route changed the tokens or their writers");
         }
         for (i, r) in [&detour, &direct].into_iter().enumerate() {
             for (t, s) in totals[i].iter_mut().zip(&r.steps) {
@@ -70,7 +70,7 @@ fn main() -> Result<()> {
         rows.push(row(seed, "detour", &detour, &detour));
         rows.push(row(seed, "direct", &direct, &detour));
     }
-    let header: Vec<String> = std::iter::once("policy seed".to_string())
+    let header: Vec<String> = std::iter::once("run seed".to_string())
         .chain(["route".into()])
         .chain((0..n).map(|m| format!("steps m{m}")))
         .chain([
@@ -98,11 +98,13 @@ fn main() -> Result<()> {
          (seeded logits, greedy), {} requests of {} output tokens per run, one request at a \
          time in `async` mode so every step holds one request: the counts are exact, not \
          timings, and repeat run for run. *detour* is `direct: false` (the home steps to draw \
-         every position; a guest writes one token and returns), *direct* the default (the pen \
-         holder draws the next writer: a guest that draws itself keeps writing, one that draws \
-         another guest hands over through the home's inbox without a home step, and the home \
-         catches up on skipped tokens in one prefill when it next writes). Both runs of each \
-         seed wrote the same tokens with the same writers (checked).",
+         every position and drops its token where a guest is drawn; a guest writes one token \
+         and returns), *direct* the default (the pen holder draws the next writer after each \
+         token it writes: a model that draws itself keeps writing, the home hands over without \
+         computing a token to drop, a guest that draws another guest hands over through the \
+         home's inbox without a home step, and the home catches up on skipped tokens in one \
+         prefill when it next writes). Both runs of each seed wrote the same tokens with the \
+         same writers (checked).",
         args.weights, args.requests, args.max_tokens
     ));
     page.table(&header, &rows);

@@ -23,12 +23,12 @@ use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 pub struct MeRouteOptions {
     /// ME weights, one per model (model 0 is the entry).
     pub weights: Vec<f64>,
-    /// Requests; request `i` has sampling seed `i` and its own prompt.
+    /// Requests, each with its own sampling seed (see `run_seed`) and prompt.
     pub requests: u64,
     /// Output tokens per request.
     pub max_tokens: usize,
-    /// The policy's `seed` kwarg.
-    pub policy_seed: u64,
+    /// Request `i` has sampling seed `run_seed << 32 | i` (ME draws from it).
+    pub run_seed: u64,
 }
 
 impl Default for MeRouteOptions {
@@ -37,7 +37,7 @@ impl Default for MeRouteOptions {
             weights: vec![0.5, 0.3, 0.2],
             requests: 16,
             max_tokens: 64,
-            policy_seed: 0,
+            run_seed: 0,
         }
     }
 }
@@ -86,7 +86,7 @@ pub fn run(opts: &MeRouteOptions, direct: bool) -> Result<MeRouteRun, String> {
     let n = opts.weights.len();
     let kwargs = serde_json::json!({
         "weights": opts.weights,
-        "seed": opts.policy_seed,
+        "seed": 0,
         "direct": direct,
     });
     let mut members = Vec::with_capacity(n);
@@ -129,7 +129,7 @@ pub fn run(opts: &MeRouteOptions, direct: bool) -> Result<MeRouteRun, String> {
     let mut outputs = Vec::new();
     for i in 0..opts.requests {
         let mut params = SamplingParams::greedy(opts.max_tokens);
-        params.seed = Some(i);
+        params.seed = Some((opts.run_seed << 32) | i);
         let prompt = vec![1 + i as u32, 2, 3, 4, 5];
         let (_, mut rx) = group.submit(prompt, params);
         outputs.push(collect(&mut rx)?);

@@ -5,12 +5,14 @@
 //! guests receive with the request), so the writer of a position does not
 //! depend on who draws it.
 //!
-//! The model that holds the pen draws the next writer itself (`direct`, the
-//! default): a guest that draws itself keeps writing, and a guest that
-//! draws another guest hands over to it through the home's inbox without a
-//! step at the home; the home catches up on what it skipped (one prefill)
-//! when it next writes. With `direct: false` a guest writes one token and
-//! returns, and the home steps to draw every position (the detour).
+//! The model that holds the pen draws the next writer itself after each
+//! token it writes (`direct`, the default): a model that draws itself keeps
+//! writing, the home hands the next position over without computing a
+//! token to drop, and a guest that draws another guest hands over to it
+//! through the home's inbox without a step at the home; the home catches up
+//! on what it skipped (one prefill) when it next writes. With `direct:
+//! false` a guest writes one token and returns, and the home steps to draw
+//! every position, dropping its token where a guest is drawn (the detour).
 
 use crate::peer::message::ModelIdx;
 use crate::policy::draw::uniform;
@@ -109,10 +111,21 @@ impl RoutingPolicy for EnsemblePolicy {
                     };
                 }
                 match self.writer(item.seed, item.position) {
-                    w if w == self.at.entry => Dest::Stay,
-                    w => Dest::Peer {
+                    // Not this model's position (the first one, or any
+                    // position with the detour): drop the token.
+                    w if w != self.at.entry => Dest::Peer {
                         to: w,
                         keep_token: false,
+                    },
+                    _ if !self.direct => Dest::Stay,
+                    // Ours: keep it, and hand the next one over right away
+                    // instead of computing a token to drop.
+                    _ => match self.writer(item.seed, item.position + 1) {
+                        n if n == self.at.entry => Dest::Stay,
+                        n => Dest::Peer {
+                            to: n,
+                            keep_token: true,
+                        },
                     },
                 }
             })
@@ -204,6 +217,48 @@ mod tests {
             );
         }
         assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+
+        // At the home: a position drawn for a guest is dropped; its own
+        // token is kept and the next writer drawn at once.
+        let home_at = Placement {
+            model: 0,
+            num_models: 3,
+            entry: 0,
+        };
+        let kw = serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 4});
+        let mut home = EnsemblePolicy::from_kwargs(&kw, home_at).unwrap();
+        for position in 0..300 {
+            let items = [RouteItem {
+                rid: 1,
+                home: 0,
+                token: 5,
+                position,
+                written_this_turn: 0,
+                seed: 77,
+                prompt_entropy: None,
+            }];
+            let view = StepView {
+                model: 0,
+                num_models: 3,
+                items: &items,
+                logits: None,
+                hidden: None,
+                embeddings: None,
+            };
+            let (w, next) = (home.writer(77, position), home.writer(77, position + 1));
+            let want = match (w, next) {
+                (0, 0) => Dest::Stay,
+                (0, n) => Dest::Peer {
+                    to: n,
+                    keep_token: true,
+                },
+                (w, _) => Dest::Peer {
+                    to: w,
+                    keep_token: false,
+                },
+            };
+            assert_eq!(home.route(&view), vec![want]);
+        }
     }
 
     #[test]
