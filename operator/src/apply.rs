@@ -27,28 +27,7 @@ use crate::error::Result;
 use crate::groups;
 use crate::names;
 use crate::status::{self, Observation, SetObservation};
-
-/// A spec problem the API server's schema cannot see, as (reason, message).
-pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
-    let spec = &trd.spec;
-    if spec.models.iter().filter(|m| m.entry).count() != 1 {
-        return Some((
-            "NoEntryModel".into(),
-            "exactly one model must have entry: true".into(),
-        ));
-    }
-    let sim = spec.backend == Some(crds::v1alpha1::Backend::Sim);
-    if let Some(m) = spec.models.iter().find(|m| m.source.is_none() && !sim) {
-        return Some((
-            "ModelSourceMissing".into(),
-            format!(
-                "model {} has no source (pvc, hostPath or imagePath); only backend: sim runs without weights",
-                m.name
-            ),
-        ));
-    }
-    None
-}
+use crate::{refs, roll, validate};
 
 fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
@@ -310,7 +289,16 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
         ..old.clone()
     };
 
-    if let Some(problem) = check(&trd) {
+    // A spec problem, or a Secret/PVC it names that does not exist: say so
+    // and hold off (pods could not start), rechecking until it is fixed.
+    let problem = match validate::check(&trd) {
+        Some(p) => Some(p),
+        None => {
+            let found = refs::lookup(&ctx.client, &ns, &refs::references(&trd)).await?;
+            refs::summarize(&refs::problems(&refs::references(&trd), &found))
+        }
+    };
+    if let Some(problem) = problem {
         publish(
             &recorder,
             &trd,
@@ -326,7 +314,7 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
         });
         status.conditions = status::carry_transitions(&old.conditions, computed.conditions);
         write_status(&api, &trd, &status).await?;
-        return Ok(Action::requeue(ctx.settings.resync_period));
+        return Ok(Action::requeue(ctx.settings.recheck_period));
     }
 
     let result = apply_all(&trd, &ctx, &ns, &recorder, &mut status).await;
@@ -385,12 +373,11 @@ async fn apply_all(
     let existing = sets_api.get_opt(&entry_set).await?;
     let current = existing.as_ref().and_then(|s| s.spec.as_ref()?.replicas);
     let mut ready_before = i32::MAX;
+    let mut existing_sets = Vec::new();
     for name in serving_names(trd) {
-        let ready = match sets_api.get_opt(&name).await? {
-            Some(set) => observe_set(&name, &set).ready,
-            None => 0,
-        };
-        ready_before = ready_before.min(ready);
+        let set = sets_api.get_opt(&name).await?;
+        ready_before = ready_before.min(set.as_ref().map_or(0, |s| observe_set(&name, s).ready));
+        existing_sets.extend(set);
     }
     let (desired, decision, load) = decide_groups(trd, ctx, ns, current).await;
     // Scale-down: unlisted groups must drain before their pods go.
@@ -413,7 +400,7 @@ async fn apply_all(
         ctx.remember(&key(trd), |m| m.drain_since = None);
     }
     let thresholds = thresholds_in_force(trd);
-    let desired_objs = build::desired(
+    let mut desired_objs = build::desired(
         trd,
         &Inputs {
             namespace: ns.to_string(),
@@ -422,7 +409,18 @@ async fn apply_all(
             thresholds: thresholds.table.clone(),
         },
     );
+    let partition = roll::apply_partition(&mut desired_objs, &existing_sets, plan.replicas);
     let (applied, gateway) = apply_objects(ctx, ns, &desired_objs).await?;
+    if let Some(k) = roll::rolling_group(partition) {
+        publish(
+            recorder,
+            trd,
+            EventType::Normal,
+            "RollingGroup",
+            format!("replacing group {k} of every model (partition {partition})"),
+        )
+        .await;
+    }
     let removed = remove_stale(trd, ctx, ns).await?;
     if !removed.is_empty() {
         publish(

@@ -25,6 +25,9 @@ pub struct Settings {
     pub autoscale_period: Duration,
     /// Requeue period otherwise (a resync).
     pub resync_period: Duration,
+    /// Requeue period while the resource cannot be applied (a spec problem
+    /// or a missing Secret/PVC), so a fix is seen without a watch on them.
+    pub recheck_period: Duration,
 }
 
 impl Default for Settings {
@@ -33,6 +36,7 @@ impl Default for Settings {
             drain: DrainPolicy::default(),
             autoscale_period: Duration::from_secs(15),
             resync_period: Duration::from_secs(300),
+            recheck_period: Duration::from_secs(10),
         }
     }
 }

@@ -17,9 +17,12 @@ pub mod groups;
 pub mod metrics;
 pub mod names;
 pub mod probe;
+pub mod refs;
 pub mod retune;
+pub mod roll;
 pub mod status;
 pub mod tune;
+pub mod validate;
 
 pub use context::{Context, Settings};
 pub use controller::{error_policy, reconcile, run};

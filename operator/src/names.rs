@@ -21,6 +21,9 @@ pub const MODEL: &str = "tokenrouter.io/model";
 pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 /// Pod annotation: hash of the rendered config, so edits roll the pods.
 pub const CONFIG_HASH: &str = "tokenrouter.io/config-hash";
+/// StatefulSet annotation: hash of the pod template last applied (the
+/// group-by-group roll starts when it changes).
+pub const TEMPLATE_HASH: &str = "tokenrouter.io/template-hash";
 
 /// Env var holding the pod's group (its StatefulSet ordinal).
 pub const GROUP_ENV: &str = "TOKENROUTER_GROUP";

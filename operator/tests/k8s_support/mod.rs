@@ -132,6 +132,8 @@ impl Operator {
                 settle: Duration::ZERO,
                 timeout: Duration::ZERO,
             },
+            // Missing Secrets/PVCs are rechecked on this period.
+            recheck_period: Duration::from_secs(1),
             ..operator::Settings::default()
         };
         let ctx = Arc::new(operator::Context::new(client.clone(), metrics, settings));

@@ -1,0 +1,114 @@
+//! Spec problems the API server's schema and CEL rules cannot see (or that
+//! depend on other fields in ways CEL keeps too costly): pure, so unit tests
+//! cover every reason.
+
+use crds::v1alpha1::Backend;
+use crds::TokenRouterDeployment;
+
+/// The first spec problem of `trd`, as (reason, message).
+pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
+    let spec = &trd.spec;
+    if spec.models.iter().filter(|m| m.entry).count() != 1 {
+        return Some((
+            "NoEntryModel".into(),
+            "exactly one model must have entry: true".into(),
+        ));
+    }
+    let sim = spec.backend == Some(Backend::Sim);
+    for m in &spec.models {
+        let set = m.source.as_ref().map_or(0, |s| {
+            usize::from(s.pvc.is_some())
+                + usize::from(s.host_path.is_some())
+                + usize::from(s.image_path.is_some())
+        });
+        if set == 0 && !sim {
+            return Some((
+                "ModelSourceMissing".into(),
+                format!(
+                    "model {} has no source (pvc, hostPath or imagePath); only backend: sim runs without weights",
+                    m.name
+                ),
+            ));
+        }
+        if set > 1 {
+            return Some((
+                "ModelSourceAmbiguous".into(),
+                format!(
+                    "model {}: source must name exactly one of pvc, hostPath, imagePath",
+                    m.name
+                ),
+            ));
+        }
+        if let Some(pvc) = m.source.as_ref().and_then(|s| s.pvc.as_ref()) {
+            if pvc.claim_name.is_empty() {
+                return Some((
+                    "InvalidModelSource".into(),
+                    format!("model {}: source.pvc.claimName is empty", m.name),
+                ));
+            }
+        }
+    }
+    if let Some(r) = &spec.gateway.api_key_secret_ref {
+        if r.name.is_empty() || r.key.as_deref() == Some("") {
+            return Some((
+                "InvalidSecretRef".into(),
+                "gateway.apiKeySecretRef needs a non-empty name (and key, if given)".into(),
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trd(models: &str, extra: &str) -> TokenRouterDeployment {
+        serde_yaml::from_str(&format!(
+            "apiVersion: tokenrouter.io/v1alpha1\nkind: TokenRouterDeployment\nmetadata: {{name: t, namespace: n}}\nspec:\n  image: img\n  policy: {{class: R2R}}\n  models: {models}\n{extra}"
+        ))
+        .unwrap()
+    }
+
+    fn reason(t: &TokenRouterDeployment) -> Option<String> {
+        check(t).map(|p| p.0)
+    }
+
+    #[test]
+    fn each_problem_has_its_reason() {
+        let ok = "[{name: a, entry: true, source: {imagePath: /m}}]";
+        assert_eq!(reason(&trd(ok, "")), None);
+        assert_eq!(
+            reason(&trd("[{name: a, source: {imagePath: /m}}]", "")).as_deref(),
+            Some("NoEntryModel")
+        );
+        assert_eq!(
+            reason(&trd("[{name: a, entry: true}]", "")).as_deref(),
+            Some("ModelSourceMissing")
+        );
+        assert_eq!(
+            reason(&trd("[{name: a, entry: true, source: {}}]", "")).as_deref(),
+            Some("ModelSourceMissing")
+        );
+        assert_eq!(
+            reason(&trd("[{name: a, entry: true}]", "  backend: sim\n")),
+            None
+        );
+        let both = "[{name: a, entry: true, source: {imagePath: /m, hostPath: /h}}]";
+        let p = check(&trd(both, "")).unwrap();
+        assert_eq!(p.0, "ModelSourceAmbiguous");
+        assert!(p.1.contains("model a"));
+        assert_eq!(
+            reason(&trd(
+                "[{name: a, entry: true, source: {pvc: {claimName: ''}}}]",
+                ""
+            ))
+            .as_deref(),
+            Some("InvalidModelSource")
+        );
+        assert_eq!(
+            reason(&trd(ok, "  gateway: {apiKeySecretRef: {name: ''}}\n")).as_deref(),
+            Some("InvalidSecretRef")
+        );
+    }
+}

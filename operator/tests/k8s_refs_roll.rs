@@ -1,0 +1,238 @@
+//! The operator against a real API server (the k8s test kit, or any cluster
+//! in `KUBECONFIG`): missing Secrets and PVCs become `Degraded` conditions
+//! and Events that clear when the objects appear, and an edit rolls the
+//! serving StatefulSets group by group (the test plays the StatefulSet
+//! controller by writing their `status`).
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+mod k8s_support;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::ByteString;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::json;
+
+use k8s_support::*;
+
+/// (status, reason, message) of the resource's `Degraded` condition.
+async fn degraded(client: &Client, ns: &str, name: &str) -> Option<(String, String, String)> {
+    let s = trds(client, ns).get(name).await.ok()?.status?;
+    let c = s.conditions.iter().find(|c| c.type_ == "Degraded")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+async fn wait_degraded(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    wait_for(&format!("Degraded=True {reason}"), || async {
+        let (status, r, message) = degraded(client, ns, name).await?;
+        (status == "True" && r == reason).then_some(message)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_secret_and_pvc_are_conditions_that_clear() {
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let ns = namespace(&client, "trd-refs").await;
+    let _operator = Operator::start(&client, &ns);
+    let mut trd = sim_resource("refs", 1);
+    let mut value = serde_json::to_value(&trd).unwrap();
+    value["spec"]["gateway"] = json!({"apiKeySecretRef": {"name": "keys"}});
+    value["spec"]["models"][1]["source"] = json!({"pvc": {"claimName": "weights"}});
+    trd = serde_json::from_value(value).unwrap();
+    trds(&client, &ns)
+        .create(&PostParams::default(), &trd)
+        .await
+        .unwrap();
+
+    // No Secret: Degraded with its reason, an Event, and no pods that could
+    // not start.
+    let message = wait_degraded(&client, &ns, "refs", "SecretNotFound").await;
+    assert!(message.contains("Secret keys does not exist"), "{message}");
+    assert!(
+        message.contains("PersistentVolumeClaim weights"),
+        "{message}"
+    );
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait_for("a SecretNotFound Event", || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("SecretNotFound")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("refs")
+            })
+            .then_some(())
+    })
+    .await;
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    assert!(sets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+
+    // The Secret without the key, then with it.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret = |key: &str| Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("keys".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            key.to_string(),
+            ByteString(b"sk-test".to_vec()),
+        )])),
+        ..Default::default()
+    };
+    secrets
+        .create(&PostParams::default(), &secret("other"))
+        .await
+        .unwrap();
+    let message = wait_degraded(&client, &ns, "refs", "SecretKeyNotFound").await;
+    assert!(message.contains("has no key api-keys"), "{message}");
+    secrets
+        .patch(
+            "keys",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"api-keys": "c2stdGVzdA=="}})),
+        )
+        .await
+        .unwrap();
+    let message = wait_degraded(&client, &ns, "refs", "PVCNotFound").await;
+    assert!(
+        message.contains("PersistentVolumeClaim weights (source of model big) does not exist"),
+        "{message}"
+    );
+
+    // The claim appears: the condition clears and the objects are applied.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "weights"},
+        "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    wait_for("Degraded=False", || async {
+        let (status, reason, _) = degraded(&client, &ns, "refs").await?;
+        (status == "False" && reason == "AsExpected").then_some(())
+    })
+    .await;
+    wait_for("the serving StatefulSets", || async {
+        (sets.list(&ListParams::default()).await.ok()?.items.len() == 2).then_some(())
+    })
+    .await;
+}
+
+/// The shared partition and template hash of a set.
+async fn roll_state(sets: &Api<StatefulSet>, name: &str) -> Option<(i32, String, i64)> {
+    let s = sets.get(name).await.ok()?;
+    let hash = s.metadata.annotations.as_ref()?["tokenrouter.io/template-hash"].clone();
+    let p = s.spec?.update_strategy?.rolling_update?.partition?;
+    Some((p, hash, s.metadata.generation.unwrap_or(0)))
+}
+
+/// Plays the StatefulSet controller: `updated` pods on the new revision,
+/// `ready` pods ready, for the generation the set has now.
+async fn play(sets: &Api<StatefulSet>, name: &str, replicas: i32, updated: i32, ready: i32) {
+    let generation = sets.get(name).await.unwrap().metadata.generation;
+    sets.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {
+            "observedGeneration": generation, "replicas": replicas,
+            "readyReplicas": ready, "availableReplicas": ready, "updatedReplicas": updated,
+            "currentRevision": format!("{name}-old"),
+            "updateRevision": format!("{name}-new")}})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_edit_rolls_every_model_of_one_group_at_a_time() {
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let ns = namespace(&client, "trd-roll").await;
+    let _operator = Operator::start(&client, &ns);
+    let api = trds(&client, &ns);
+    api.create(&PostParams::default(), &sim_resource("roll", 3))
+        .await
+        .unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let models = ["roll-small", "roll-big"];
+    // Fresh sets: no partition; every pod ready on the first revision.
+    let first = wait_for("both sets, partition 0", || async {
+        let a = roll_state(&sets, models[0]).await?;
+        let b = roll_state(&sets, models[1]).await?;
+        (a.0 == 0 && b.0 == 0).then_some([a.1, b.1])
+    })
+    .await;
+    for m in models {
+        play(&sets, m, 3, 3, 3).await;
+    }
+
+    // Edit: both templates change, and the roll holds every group first.
+    api.patch(
+        "roll",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"policy": {"kwargs": {"probability": 0.7, "seed": 2}}}})),
+    )
+    .await
+    .unwrap();
+    let mut hashes = Vec::new();
+    for p in (0..=3).rev() {
+        let (states, hash) = wait_for(&format!("partition {p} on both sets"), || async {
+            let a = roll_state(&sets, models[0]).await?;
+            let b = roll_state(&sets, models[1]).await?;
+            // Both sets carry the edited template (they are applied one
+            // after the other).
+            let edited = a.1 != first[0] && b.1 != first[1];
+            (edited && a.0 <= p && b.0 <= p).then_some(([a.0, b.0], [a.1, b.1]))
+        })
+        .await;
+        assert_eq!(
+            states,
+            [p, p],
+            "every model's set steps together, one group at a time"
+        );
+        hashes.push(hash);
+        if p == 0 {
+            break;
+        }
+        // Ordinals >= p run the new template (p = 3: none yet, the
+        // controller only reports that it saw it). A set whose pods are not
+        // all ready holds the roll.
+        let updated = 3 - p;
+        play(&sets, models[0], 3, updated, 3).await;
+        play(&sets, models[1], 3, updated, 2).await;
+        let (held, _, _) = roll_state(&sets, models[1]).await.unwrap();
+        assert_eq!(held, p, "moved on before group {} was ready", p - 1);
+        play(&sets, models[1], 3, updated, 3).await;
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    for m in models {
+        play(&sets, m, 3, 3, 3).await;
+    }
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
+        .patch_status(
+            "roll-gateway",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": 1, "readyReplicas": 1}})),
+        )
+        .await
+        .unwrap();
+    wait_for("Ready after the roll", || async {
+        let s = api.get("roll").await.ok()?.status?;
+        let ready = s.conditions.iter().find(|c| c.type_ == "Ready")?;
+        (ready.status == "True").then_some(())
+    })
+    .await;
+}
