@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
@@ -131,7 +131,7 @@ test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-c
 
 # Every page under docs/results/ that a benchmark writes. Raw outputs (CSV,
 # JSON, server logs) stay under $(BENCH_RAW); the pages link their charts.
-bench: bench-engine bench-ablation bench-tuner bench-gateway bench-retune bench-cpu bench-eval bench-llamacpp
+bench: bench-engine bench-ablation bench-tuner bench-gateway bench-retune bench-me bench-cpu bench-eval bench-llamacpp
 
 BENCH_RAW  ?= $(CACHE)/bench
 BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@
@@ -182,6 +182,12 @@ bench-gateway: assets
 bench-retune: build
 	cargo build --release --example bench_retune
 	BENCH_RETUNE_OUT=$(ROOT)/docs/results $(TARGET_DIR)/release/examples/bench_retune
+
+# ME's direct route against the detour through the home: exact step
+# counts on the sim backend (~1 min) -> docs/results/me-direct.md.
+bench-me: build
+	cargo build --release --example bench_me_route
+	$(TARGET_DIR)/release/examples/bench_me_route --out $(ROOT)/docs/results/me-direct.md
 
 bench-tuner: build
 	$(BIN) tune --latencies-ms 6.0,27.9 --transition '[[0.65,0.35],[1,0]]' \
