@@ -44,7 +44,7 @@ use tracing::{debug, info, warn};
 use super::settings::{self, LoopSettings};
 use super::{discover, status};
 use crate::build;
-use crate::controller::key;
+use crate::context::key;
 use crate::names;
 use crate::retune::{
     push_thresholds, GroupTuner, GroupView, MetricsSource, PodTarget, RetuneMetrics, TuneOutcome,
