@@ -33,7 +33,7 @@ SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
+.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
@@ -113,14 +113,21 @@ clean-models:
 run: assets
 	$(BIN) serve
 
+# Crates whose module graph must stay free of cycles (`make lint`).
+MODGRAPH_CRATES := protocol textio engine-config kernels subserver gateway tuner crds operator loadgen
+
 lint:
 	cargo fmt --all --check
 	cargo clippy --release --workspace --all-targets -- -D warnings
+	cargo clippy --release -p gateway --no-default-features --all-targets -- -D warnings
+	tools/check_torch_free.sh
+	for c in $(MODGRAPH_CRATES); do python3 tools/modgraph.py $$c/src || exit 1; done
 
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing).
 test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
+	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
 
 # Every page under docs/results/ that a benchmark writes, each written whole
 # by its own target (engine first: ablation reads the profile it saves). Raw
@@ -128,7 +135,7 @@ test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-c
 # their charts. Smaller runs to check a target: ENGINE_ARGS, ABLATION_ARGS,
 # TUNER_ARGS=--quick, GATEWAY_ARGS, and the scripts' variables (e.g.
 # `make bench-cpu NS=1 PROMPTS=2 MAX_TOKENS=8`, see tools/bench/*.sh).
-bench: bench-engine bench-ablation bench-tuner bench-policies bench-gateway bench-retune bench-cpu bench-eval bench-llamacpp
+bench: bench-engine bench-ablation bench-tuner bench-policies bench-gateway bench-retune bench-me bench-cpu bench-eval bench-llamacpp
 
 BENCH_RAW  ?= $(CACHE)/bench
 BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@ PYTHON=$(PY)
@@ -186,19 +193,32 @@ bench-retune: build
 	cargo build --release --example bench_retune
 	BENCH_RETUNE_OUT=$(ROOT)/docs/results $(TARGET_DIR)/release/examples/bench_retune
 
+# ME's direct route against the detour through the home: exact step
+# counts on the sim backend (~1 min) -> docs/results/me-direct.md.
+bench-me: build
+	cargo build --release --example bench_me_route
+	$(TARGET_DIR)/release/examples/bench_me_route --out $(ROOT)/docs/results/me-direct.md
+
 # The tuner's tables, predictions and search cost (~2 min of CPU);
 # TUNER_ARGS=--quick checks the target in seconds.
 bench-tuner: build
 	cargo build --release --example bench_tuner
 	$(TARGET_DIR)/release/examples/bench_tuner $(TUNER_ARGS) --out $(ROOT)/docs/results/tuner.md
 
-# Overload (5x capacity) and leak (10,000 mixed requests) runs; several minutes.
+# Overload (5x capacity for 60 s) and leak (10,000 mixed requests) runs,
+# ~5 minutes -> docs/results/reliability-soak.md; fails when an invariant
+# breaks. SOAK_ARGS shortens it (e.g. `--overload-seconds 10 --requests 500`).
+SOAK_ARGS ?=
 soak: assets
 	cargo build --release --example soak
 	$(TARGET_DIR)/release/examples/soak --config $(ROOT)/config/sim-gateway-bench.yaml \
-	  --out $(ROOT)/docs/results/reliability.md
+	  --command 'make soak$(if $(SOAK_ARGS), SOAK_ARGS="$(SOAK_ARGS)")' $(SOAK_ARGS) \
+	  --out $(ROOT)/docs/results/reliability-soak.md
 
 # --- Fuzzing (nightly; `make test` runs the same entry points as property tests)
+# FUZZ_SECONDS per target (6 targets: ~6 minutes plus the build) ->
+# docs/results/fuzz.md; fails when a target finds a crash (its input is
+# left under fuzz/artifacts/<target>/).
 
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS ?= gateway_request peer_wire config_yaml gguf safetensors router_checkpoint
@@ -210,12 +230,19 @@ FUZZ_SANITIZER ?= none
 
 fuzz: $(CACHE)/.torch-min.stamp
 	command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
-	cd fuzz && for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_WORK)/$$t && \
-	  CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
+	mkdir -p $(FUZZ_WORK)/logs
+	cd fuzz && CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz build --release --sanitizer $(FUZZ_SANITIZER)
+	load=$$(cut -d' ' -f1 /proc/loadavg); cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_WORK)/$$t && echo "fuzzing $$t for $(FUZZ_SECONDS) s" && \
+	  { LD_LIBRARY_PATH=$(LIBTORCH)/lib$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	    CARGO_TARGET_DIR=$(TARGET_DIR)/fuzz cargo +nightly fuzz run --release --sanitizer $(FUZZ_SANITIZER) $$t \
 	    $(FUZZ_WORK)/$$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
-	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 || exit 1; \
-	done
+	    -rss_limit_mb=4096 -malloc_limit_mb=1024 -print_final_stats=1 > $(FUZZ_WORK)/logs/$$t.log 2>&1; \
+	    echo $$? > $(FUZZ_WORK)/logs/$$t.rc; tail -n 12 $(FUZZ_WORK)/logs/$$t.log; }; \
+	done; \
+	./report.sh $(ROOT)/docs/results/fuzz.md 'make fuzz$(if $(filter-out 60,$(FUZZ_SECONDS)), FUZZ_SECONDS=$(FUZZ_SECONDS))' \
+	  $(FUZZ_SECONDS) $$load $(FUZZ_WORK)/logs $(FUZZ_TARGETS); \
+	for t in $(FUZZ_TARGETS); do test "$$(cat $(FUZZ_WORK)/logs/$$t.rc)" = 0 || { echo "fuzz target $$t failed"; exit 1; }; done
 
 # --- Kubernetes: test kit, CRD, chart, images --------------------------------
 
@@ -254,7 +281,7 @@ helm-check: k8s-kit
 # Starts the kit on its own state dir, runs the Kubernetes tests against it
 # (TOKENROUTER_REQUIRE_K8S=1: a missing cluster fails them), stops it even on failure.
 test-k8s: k8s-kit hadolint helm-check
-	$(call with_k8s,cargo test --release $(K8S_TESTS) && cargo test --release --test k8s_engine_config)
+	$(call with_k8s,cargo test --release $(K8S_TESTS) && cargo test --release --test k8s_engine_config --test k8s_retune)
 
 # $(call with_k8s,CMD): runs CMD with the kit up on its own state dir and
 # stops the kit even when CMD fails.

@@ -14,7 +14,6 @@
 //! Writes a Markdown report (`--out`) with the measured numbers and the
 //! load average; the run fails (non-zero exit) when an invariant breaks.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -24,6 +23,7 @@ use clap::Parser;
 use futures_util::StreamExt;
 use gateway::backend::inproc::InProcBackend;
 use gateway::{Gateway, GatewayOptions, GatewayServer};
+use loadgen::page::Page;
 use rand::{Rng, SeedableRng};
 use subserver::config::EngineConfig;
 use subserver::service::Service;
@@ -54,6 +54,17 @@ struct Args {
     /// Seed of the leak phase's mix.
     #[arg(long, default_value_t = 14)]
     seed: u64,
+    /// KV pool of every model, in tokens: 12 blocks, less than the gateway's
+    /// 8 admitted requests need, so requests preempt each other in both
+    /// phases (preemption must not leak either).
+    #[arg(long, default_value_t = 192)]
+    kv_tokens: usize,
+    /// RSS may grow by at most this much over a phase (MiB) before the run fails.
+    #[arg(long, default_value_t = 256)]
+    rss_growth_mib: u64,
+    /// The command a reader reruns to regenerate the page.
+    #[arg(long, default_value = "make soak")]
+    command: String,
 }
 
 /// Deadline for everything to settle after a phase (catches hangs only).
@@ -80,6 +91,68 @@ fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "?".into())
+}
+
+/// Every model's internal invariant check (run on its scheduler thread
+/// between steps); one line per broken one.
+async fn invariants(service: &Service) -> Vec<String> {
+    let group = service.group().clone();
+    tokio::task::spawn_blocking(move || {
+        (0..group.names().len())
+            .filter_map(|m| group.check_invariants(m as u16, SETTLE).err())
+            .collect()
+    })
+    .await
+    .unwrap_or_else(|e| vec![format!("invariant check task: {e}")])
+}
+
+/// Gauges that must read 0 when nothing is held: the subservers'
+/// (from their registry) and the gateway's (from a `/metrics` scrape).
+async fn busy_gauges(service: &Service, metrics_url: &str) -> Vec<String> {
+    use subserver::metrics::names as sub;
+    let mut left = Vec::new();
+    for family in service.registry().gather() {
+        let name = family.name();
+        if ![
+            sub::NUM_REQUESTS_RUNNING,
+            sub::NUM_REQUESTS_WAITING,
+            sub::NUM_REQUESTS_PENDING,
+            sub::KV_CACHE_USAGE_PERC,
+        ]
+        .contains(&name)
+        {
+            continue;
+        }
+        for m in family.get_metric() {
+            let v = m.get_gauge().value();
+            if v != 0.0 {
+                let labels: Vec<String> = m
+                    .get_label()
+                    .iter()
+                    .map(|l| format!("{}={}", l.name(), l.value()))
+                    .collect();
+                left.push(format!("{name}{{{}}} = {v}", labels.join(",")));
+            }
+        }
+    }
+    let text = match reqwest::get(metrics_url).await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => return vec![format!("gateway /metrics: {e}")],
+    };
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting"] {
+        let values: Vec<f64> = text
+            .lines()
+            .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        if values.is_empty() {
+            left.push(format!("gateway /metrics has no {name}"));
+        }
+        if values.iter().any(|&v| v != 0.0) {
+            left.push(format!("gateway {name} = {values:?}"));
+        }
+    }
+    left
 }
 
 async fn serve(cfg: &EngineConfig, service: &Service, options: GatewayOptions) -> GatewayServer {
@@ -144,14 +217,18 @@ async fn closed_loop(url: String, clients: usize, until: Instant) -> Arc<Phase> 
                     }
                     Ok(r) if r.status() == 429 => {
                         phase.rejected.fetch_add(1, Ordering::Relaxed);
-                        if r.headers().get("retry-after").is_none() {
+                        let wait = r
+                            .headers()
+                            .get("retry-after")
+                            .and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+                        if wait.is_none() {
                             phase
                                 .rejected_without_retry_after
                                 .fetch_add(1, Ordering::Relaxed);
                         }
-                        // Back off briefly (a real client waits Retry-After;
-                        // the soak keeps the pressure on).
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        // A well-behaved client waits what Retry-After says
+                        // (one that hammers measures the 429 path instead).
+                        tokio::time::sleep(Duration::from_secs(wait.unwrap_or(1))).await;
                     }
                     _ => {
                         phase.other.fetch_add(1, Ordering::Relaxed);
@@ -201,6 +278,9 @@ async fn settle(gw: &Gateway, service: &Service) -> Vec<String> {
     }
 }
 
+/// Names of [`Kind`]s, by discriminant.
+const KIND_NAMES: [&str; 5] = ["plain", "stop string", "disconnect", "cancel", "invalid"];
+
 /// What the leak phase's client did.
 #[derive(Debug, Clone, Copy)]
 enum Kind {
@@ -211,7 +291,15 @@ enum Kind {
     Invalid,
 }
 
-async fn one_leak_request(client: &reqwest::Client, url: &str, kind: Kind, seed: u64) -> bool {
+/// One leak-phase request; `Err` says how its answer differed from what
+/// its kind expects.
+async fn one_leak_request(
+    client: &reqwest::Client,
+    url: &str,
+    kind: Kind,
+    seed: u64,
+    retries: &AtomicUsize,
+) -> Result<(), String> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let max_tokens = rng.random_range(1..48usize);
     let prompt: Vec<u32> = (0..rng.random_range(1..24usize))
@@ -230,28 +318,47 @@ async fn one_leak_request(client: &reqwest::Client, url: &str, kind: Kind, seed:
         Kind::Invalid => body["temperature"] = serde_json::json!(-3),
         Kind::Plain | Kind::Cancel => {}
     }
-    let mut req = client.post(url).json(&body);
-    if let Kind::Cancel = kind {
-        req = req.timeout(Duration::from_millis(rng.random_range(1..30)));
-    }
-    match (kind, req.send().await) {
-        (Kind::Cancel, _) => true,
-        (Kind::Invalid, Ok(r)) => r.status() == 400,
+    let timeout = match kind {
+        Kind::Cancel => Duration::from_millis(rng.random_range(1..30)),
+        _ => SETTLE,
+    };
+    // More clients than the gateway admits: a refused one retries, as an
+    // OpenAI client does on 429 (sooner than Retry-After, to keep the churn up).
+    let sent = loop {
+        let sent = client.post(url).json(&body).timeout(timeout).send().await;
+        match sent {
+            Ok(r) if r.status() == 429 => {
+                retries.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => break other,
+        }
+    };
+    let expect = |ok: bool, what: String| if ok { Ok(()) } else { Err(what) };
+    match (kind, sent) {
+        (Kind::Cancel, _) => Ok(()),
+        (Kind::Invalid, Ok(r)) => expect(r.status() == 400, format!("status {}", r.status())),
         (Kind::Disconnect, Ok(r)) => {
+            let status = r.status();
             // Read one chunk, then hang up mid-stream.
             let mut s = r.bytes_stream();
             let _ = s.next().await;
-            true
+            expect(status == 200, format!("status {status}"))
         }
-        (_, Ok(r)) => r.status() == 200 && r.bytes().await.is_ok(),
-        (_, Err(_)) => false,
+        (_, Ok(r)) => {
+            let status = r.status();
+            let text = r.text().await.map_err(|e| format!("body: {e}"))?;
+            expect(status == 200, format!("status {status}: {text}"))
+        }
+        (_, Err(e)) => Err(format!("send: {e}")),
     }
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let cfg = EngineConfig::from_file(&args.config)?;
+    let mut cfg = EngineConfig::from_file(&args.config)?;
+    cfg.override_kv_tokens(args.kv_tokens)?;
     let service = Service::start(&cfg, None)?;
     let options = GatewayOptions {
         max_inflight: args.capacity,
@@ -261,24 +368,32 @@ async fn main() -> anyhow::Result<()> {
     let capacity = options.max_inflight + options.max_queue;
     let server = serve(&cfg, &service, options).await;
     let url = format!("http://{}/v1/completions", server.local_addr());
+    let metrics_url = format!("http://{}/metrics", server.local_addr());
     let gw = server.gateway().clone();
     let mut failures: Vec<String> = Vec::new();
-    let mut md = String::new();
-    writeln!(md, "# Reliability soak (sim backend)\n")?;
-    writeln!(
-        md,
-        "Command: `make soak` (`soak --config {} --capacity {} --overload-seconds {} \
-         --unloaded-seconds {} --requests {} --leak-concurrency {}`), one process, {} CPU cores; \
-         load average at the start: {}.\n",
-        args.config.display(),
+    let mut page = Page::begin("Reliability soak: overload and leaks", &args.command);
+    page.para(&format!(
+        "One process: the gateway in front of the simulated group of `{}` (sim backend: \
+         fixed step latencies, no model compute, so the numbers measure admission, \
+         scheduling and bookkeeping). Settings: capacity {} (max_inflight) + {} (max_queue), \
+         overload {} s, unloaded reference {} s, leak run {} requests with {} clients at \
+         once, seed {}, a KV pool of {} tokens per model (so that requests preempt each \
+         other). The machine is a shared development host: other builds and tests \
+         ran at the same time (see the load average), so rates are noisy; the invariants \
+         are not.",
+        args.config.file_name().map_or_else(
+            || args.config.display().to_string(),
+            |f| f.to_string_lossy().into()
+        ),
+        args.capacity,
         args.capacity,
         args.overload_seconds,
         args.unloaded_seconds,
         args.requests,
         args.leak_concurrency,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-        loadavg()
-    )?;
+        args.seed,
+        args.kv_tokens,
+    ));
 
     // 1. Overload.
     let warm = closed_loop(url.clone(), 2, Instant::now() + Duration::from_secs(2)).await;
@@ -293,6 +408,7 @@ async fn main() -> anyhow::Result<()> {
     .await;
     let unloaded_rate =
         unloaded.ok_tokens.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64();
+    let load_unloaded = loadavg();
     let peak = Arc::new(AtomicUsize::new(rss_before as usize));
     let sampler = {
         let peak = peak.clone();
@@ -313,6 +429,7 @@ async fn main() -> anyhow::Result<()> {
     let overload_rate =
         overload.ok_tokens.load(Ordering::Relaxed) as f64 / t0.elapsed().as_secs_f64();
     sampler.abort();
+    let load_overload = loadavg();
     let left = settle(&gw, &service).await;
     let rss_after = rss_kib();
     let ratio = overload_rate / unloaded_rate;
@@ -325,65 +442,103 @@ async fn main() -> anyhow::Result<()> {
     }
     if get(&overload.other) + get(&unloaded.other) > 0 {
         failures.push(format!(
-            "overload: {} requests failed otherwise",
+            "overload: {} admitted requests did not finish with all their tokens",
             get(&overload.other) + get(&unloaded.other)
         ));
     }
+    let rss_peak = peak.load(Ordering::Relaxed) as u64;
+    if rss_peak.saturating_sub(rss_before) > args.rss_growth_mib * 1024 {
+        failures.push(format!(
+            "overload: RSS grew from {} MiB to a {} MiB peak",
+            rss_before / 1024,
+            rss_peak / 1024
+        ));
+    }
     failures.extend(left.iter().map(|l| format!("after overload: {l}")));
-    writeln!(
-        md,
-        "## Overload: 5x capacity for {} s\n",
+    failures.extend(
+        invariants(&service)
+            .await
+            .into_iter()
+            .map(|l| format!("after overload, invariant: {l}")),
+    );
+    failures.extend(
+        busy_gauges(&service, &metrics_url)
+            .await
+            .into_iter()
+            .map(|l| format!("after overload, metric: {l}")),
+    );
+    page.section(&format!(
+        "Overload: 5x capacity for {} s",
         args.overload_seconds
-    )?;
-    writeln!(
-        md,
+    ));
+    page.para(&format!(
         "Capacity = max_inflight {} + max_queue {} = {capacity}; closed-loop clients, \
-         {OVERLOAD_TOKENS} tokens per request (`ignore_eos`).\n",
+         {OVERLOAD_TOKENS} tokens per request (`ignore_eos`); a refused client waits the \
+         `Retry-After` seconds and tries again, as the OpenAI clients do.",
         args.capacity, args.capacity
-    )?;
-    writeln!(md, "| phase | clients | admitted and finished | 429 (all with Retry-After) | other errors | admitted tokens/s |")?;
-    writeln!(md, "|---|---|---|---|---|---|")?;
-    writeln!(
-        md,
-        "| unloaded ({} s) | {capacity} | {} | {} | {} | {unloaded_rate:.0} |",
-        args.unloaded_seconds,
-        get(&unloaded.ok),
-        get(&unloaded.rejected),
-        get(&unloaded.other)
-    )?;
-    writeln!(
-        md,
-        "| overload ({} s) | {} | {} | {} ({}) | {} | {overload_rate:.0} |",
-        args.overload_seconds,
-        5 * capacity,
-        get(&overload.ok),
-        get(&overload.rejected),
-        if get(&overload.rejected_without_retry_after) == 0 {
-            "yes"
-        } else {
-            "NO"
-        },
-        get(&overload.other)
-    )?;
-    writeln!(
-        md,
-        "\nAdmitted throughput under overload: **{:.1}%** of the unloaded rate \
-         (target: within 10%). RSS: {} MiB before, {} MiB peak during, {} MiB after. \
-         Load average after the phase: {}.\n",
+    ));
+    let yes_no = |ok: bool| if ok { "yes" } else { "NO" };
+    page.table(
+        &[
+            "phase",
+            "clients",
+            "admitted, finished with every token",
+            "429",
+            "429 with Retry-After",
+            "other outcomes",
+            "admitted tokens/s",
+            "load average after",
+        ],
+        &[
+            vec![
+                format!("unloaded ({} s)", args.unloaded_seconds),
+                capacity.to_string(),
+                get(&unloaded.ok).to_string(),
+                get(&unloaded.rejected).to_string(),
+                "-".into(),
+                get(&unloaded.other).to_string(),
+                format!("{unloaded_rate:.0}"),
+                load_unloaded,
+            ],
+            vec![
+                format!("overload ({} s)", args.overload_seconds),
+                (5 * capacity).to_string(),
+                get(&overload.ok).to_string(),
+                get(&overload.rejected).to_string(),
+                yes_no(get(&overload.rejected_without_retry_after) == 0).into(),
+                get(&overload.other).to_string(),
+                format!("{overload_rate:.0}"),
+                load_overload,
+            ],
+        ],
+    );
+    page.para(&format!(
+        "Admitted throughput under overload: **{:.1}%** of the unloaded rate (target: \
+         within 10%: {}). RSS: {} MiB before, {} MiB peak during, {} MiB after (bound: \
+         +{} MiB).",
         ratio * 100.0,
+        if (ratio - 1.0).abs() <= 0.10 {
+            "met"
+        } else {
+            "not met in this run"
+        },
         rss_before / 1024,
-        peak.load(Ordering::Relaxed) / 1024,
+        rss_peak / 1024,
         rss_after / 1024,
-        loadavg()
-    )?;
+        args.rss_growth_mib
+    ));
 
     // 2. Leaks.
     let fds_before = open_fds();
     let tasks_before = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
+    let rss_leak_before = rss_kib();
     let mut kinds = [0usize; 5];
     let served = Arc::new(AtomicUsize::new(0));
+    let wrong: Arc<std::sync::Mutex<Vec<(usize, String)>>> = Arc::default();
+    let retries = Arc::new(AtomicUsize::new(0));
+    let mut checks_during = 0usize;
     {
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(args.leak_concurrency)
@@ -407,23 +562,41 @@ async fn main() -> anyhow::Result<()> {
         }
         let mut workers = Vec::new();
         for _ in 0..args.leak_concurrency {
-            let (client, url, next, plan, served) = (
+            let (client, url, next, plan, served, wrong, retries) = (
                 client.clone(),
                 url.clone(),
                 next.clone(),
                 plan.clone(),
                 served.clone(),
+                wrong.clone(),
+                retries.clone(),
             );
             let seed = args.seed;
             workers.push(tokio::spawn(async move {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(&kind) = plan.get(i) else { break };
-                    if one_leak_request(&client, &url, kind, seed ^ i as u64).await {
-                        served.fetch_add(1, Ordering::Relaxed);
+                    match one_leak_request(&client, &url, kind, seed ^ i as u64, &retries).await {
+                        Ok(()) => {
+                            served.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(why) => {
+                            if let Ok(mut w) = wrong.lock() {
+                                w.push((kind as usize, why));
+                            }
+                        }
                     }
                 }
             }));
+        }
+        // The invariant check also runs while requests come and go: the
+        // bookkeeping must agree between any two steps, not only at rest.
+        while workers.iter().any(|w| !w.is_finished()) {
+            for l in invariants(&service).await {
+                failures.push(format!("during the leak run, invariant: {l}"));
+            }
+            checks_during += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
         for w in workers {
             let _ = w.await;
@@ -431,6 +604,18 @@ async fn main() -> anyhow::Result<()> {
     }
     let left = settle(&gw, &service).await;
     failures.extend(left.iter().map(|l| format!("after the leak run: {l}")));
+    failures.extend(
+        invariants(&service)
+            .await
+            .into_iter()
+            .map(|l| format!("after the leak run, invariant: {l}")),
+    );
+    failures.extend(
+        busy_gauges(&service, &metrics_url)
+            .await
+            .into_iter()
+            .map(|l| format!("after the leak run, metric: {l}")),
+    );
     // Closed connections and finished tasks go away shortly after the
     // requests; wait for them (bounded), then compare.
     let t0 = Instant::now();
@@ -445,6 +630,7 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let rss_leak_after = rss_kib();
     if fds_after > fds_before {
         failures.push(format!(
             "file descriptors: {fds_before} before, {fds_after} after"
@@ -455,6 +641,13 @@ async fn main() -> anyhow::Result<()> {
             "tokio tasks: {tasks_before} before, {tasks_after} after"
         ));
     }
+    if rss_leak_after.saturating_sub(rss_leak_before) > args.rss_growth_mib * 1024 {
+        failures.push(format!(
+            "leak run: RSS grew from {} MiB to {} MiB",
+            rss_leak_before / 1024,
+            rss_leak_after / 1024
+        ));
+    }
     let served = served.load(Ordering::Relaxed);
     if served != args.requests {
         failures.push(format!(
@@ -462,50 +655,78 @@ async fn main() -> anyhow::Result<()> {
             args.requests - served,
             args.requests
         ));
+        let wrong = wrong.lock().map(|w| w.clone()).unwrap_or_default();
+        for (k, name) in KIND_NAMES.iter().enumerate() {
+            let of_kind: Vec<&String> = wrong
+                .iter()
+                .filter(|(w, _)| *w == k)
+                .map(|(_, why)| why)
+                .collect();
+            if let Some(first) = of_kind.first() {
+                let first: String = first.chars().take(300).collect();
+                failures.push(format!("{} {name}: first: {first}", of_kind.len()));
+            }
+        }
     }
-    writeln!(md, "## Leaks: {} requests\n", args.requests)?;
-    writeln!(
-        md,
-        "{} at once; mix: {} plain, {} with stop strings, {} streams the client drops \
-         after the first chunk, {} cancelled by a 1-30 ms client timeout, {} invalid (400). \
-         {served} got the answer their kind expects.\n",
-        args.leak_concurrency, kinds[0], kinds[1], kinds[2], kinds[3], kinds[4]
-    )?;
+    page.section(&format!("Leaks: {} requests", args.requests));
+    page.para(&format!(
+        "{} clients at once; mix: {} plain, {} with stop strings, {} streams the client \
+         drops after the first chunk, {} cancelled by a 1-30 ms client timeout, {} invalid \
+         (400 expected); a client refused with 429 retried after 10 ms ({} retries). \
+         {served} got the answer their kind expects. The internal invariant \
+         check (KV pool consistency; request table and KV bookkeeping agree; home count) \
+         ran {checks_during} times on every model during the run and once after it; the \
+         gauges `tokenrouter_num_requests_{{running,waiting,pending}}`, \
+         `tokenrouter_kv_cache_usage_perc` and the gateway's `vllm:num_requests_{{running,waiting}}` \
+         were read after it.",
+        args.leak_concurrency,
+        kinds[0],
+        kinds[1],
+        kinds[2],
+        kinds[3],
+        kinds[4],
+        retries.load(Ordering::Relaxed)
+    ));
     let models = service.group().names().len();
+    let mut rows = Vec::new();
     for m in 0..models {
         let s = service.group().stats(m as u16);
-        writeln!(
-            md,
-            "- model {}: {} of {} KV blocks free, {} requests holding KV, running/waiting/pending {}/{}/{}",
-            service.group().names()[m],
-            s.kv_available_blocks,
-            s.kv_blocks,
-            s.kv_requests,
-            s.running,
-            s.waiting,
-            s.pending
-        )?;
+        rows.push(vec![
+            service.group().names()[m].clone(),
+            format!("{} of {}", s.kv_available_blocks, s.kv_blocks),
+            s.kv_requests.to_string(),
+            format!("{}/{}/{}", s.running, s.waiting, s.pending),
+            s.preemptions.to_string(),
+        ]);
     }
-    writeln!(
-        md,
-        "- gateway slots in use: {}; file descriptors {fds_before} before, {fds_after} after; \
-         tokio tasks {tasks_before} before, {tasks_after} after\n",
-        gw.in_flight()
-    )?;
+    page.table(
+        &[
+            "model",
+            "KV blocks free (or cached)",
+            "requests holding KV",
+            "running/waiting/pending",
+            "preemptions",
+        ],
+        &rows,
+    );
+    page.para(&format!(
+        "Gateway slots in use: {}; file descriptors {fds_before} before, {fds_after} after; \
+         tokio tasks {tasks_before} before, {tasks_after} after; RSS {} MiB before, {} MiB \
+         after.",
+        gw.in_flight(),
+        rss_leak_before / 1024,
+        rss_leak_after / 1024
+    ));
+    page.section("Result");
     if failures.is_empty() {
-        writeln!(md, "**Result: every invariant held.**")?;
+        page.para("**Every invariant held.**");
     } else {
-        writeln!(md, "**Result: FAILED**\n")?;
-        for f in &failures {
-            writeln!(md, "- {f}")?;
-        }
+        let list: Vec<String> = failures.iter().map(|f| format!("- {f}")).collect();
+        page.para(&format!("**FAILED**\n\n{}", list.join("\n")));
     }
-    print!("{md}");
+    print!("{}", page.render());
     if let Some(out) = &args.out {
-        if let Some(dir) = out.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        std::fs::write(out, &md)?;
+        page.write(out)?;
         eprintln!("wrote {}", out.display());
     }
     drop(server);

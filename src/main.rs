@@ -18,7 +18,7 @@ enum Command {
     /// Serve the OpenAI API: the gateway and every subserver in one process.
     Serve(cli::serve::ServeArgs),
     /// Serve the OpenAI API in front of remote groups (reloads the group list).
-    Gateway(cli::gateway::GatewayArgs),
+    Gateway(gateway::cli::GatewayArgs),
     /// Generate one completion from one model (the smallest end-to-end check of the runtime).
     Generate(cli::generate::GenerateArgs),
     /// Convert a GGUF file into a Hugging Face model directory.
@@ -59,7 +59,7 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => cli::serve::run(args),
-        Command::Gateway(args) => cli::gateway::run(args),
+        Command::Gateway(args) => gateway::cli::run(args),
         Command::Generate(args) => cli::generate::run(args),
         Command::ImportGguf(args) => cli::assets::run_import_gguf(args),
         Command::DeriveEarlyExit(args) => cli::assets::run_derive_early_exit(args),

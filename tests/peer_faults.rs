@@ -4,7 +4,9 @@
 //! down; dropped frames and a killed process fail the requests pending on
 //! the peer with a clear error within the peer timeout; no request hangs,
 //! no KV stays held, and a restarted peer rejoins without restarting the
-//! entry.
+//! entry. With `fallback_on_peer_failure`, a killed peer's requests finish
+//! on the entry model instead, marked in their usage and in the entry's
+//! `tokenrouter_peer_fallbacks_total`.
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
@@ -150,6 +152,17 @@ fn pump(mut from: TcpStream, mut into: TcpStream, mode: &Mutex<Mode>, stop: &Ato
 /// is where quick dials the reference (the proxy), `listen_at` where the
 /// reference listens.
 fn config(dir: &Path, name: &str, quick: u16, reference_at: u16) -> std::path::PathBuf {
+    config_with(dir, name, quick, reference_at, false)
+}
+
+/// [`config`], with `fallback_on_peer_failure` as given.
+fn config_with(
+    dir: &Path,
+    name: &str,
+    quick: u16,
+    reference_at: u16,
+    fallback: bool,
+) -> std::path::PathBuf {
     let path = dir.join(name);
     std::fs::write(
         &path,
@@ -163,6 +176,7 @@ scheduler_class: Random
 scheduler_kwargs: {{probability: 0.4, seed: 5}}
 backend: sim
 transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{quick}", reference: "127.0.0.1:{reference_at}"}}, peer_timeout_ms: 2000}}
+fallback_on_peer_failure: {fallback}
 "#
         ),
     )
@@ -228,6 +242,25 @@ fn burst(entry: &MemberService, n: u32, max_tokens: usize) -> Vec<Result<Usage, 
     rxs.into_iter().map(|mut rx| finish(&mut rx)).collect()
 }
 
+/// Submits 6 greedy requests of `max_tokens` at once; their streams.
+fn submit_long(
+    entry: &MemberService,
+    max_tokens: usize,
+) -> Vec<tokio::sync::mpsc::UnboundedReceiver<StreamEvent>> {
+    (0..6u32)
+        .map(|i| {
+            entry
+                .member()
+                .submit(
+                    vec![i + 7, 2],
+                    SamplingParams::greedy(max_tokens),
+                    Default::default(),
+                )
+                .1
+        })
+        .collect()
+}
+
 /// Every request succeeded with both models writing.
 fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
     let mut large = 0;
@@ -239,13 +272,17 @@ fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
     assert!(large > 0, "the reference wrote nothing");
 }
 
-/// Submits bursts until one is served entirely (the peer is back).
+/// Submits bursts until one is served entirely, with no fallback (the
+/// peer is back).
 fn until_served(entry: &MemberService, what: &str) {
     let t0 = Instant::now();
     loop {
         assert!(t0.elapsed() < HANG, "{what}: the peer never rejoined");
         let outcomes = burst(entry, 4, 20);
-        if outcomes.iter().all(Result::is_ok) {
+        if outcomes
+            .iter()
+            .all(|o| o.as_ref().is_ok_and(|u| u.peer_fallbacks == 0))
+        {
             all_served(&outcomes, 20);
             println!("{what}: rejoined after {:?}", t0.elapsed());
             return;
@@ -269,6 +306,11 @@ fn failed_cleanly(outcomes: &[Result<Usage, RequestError>], entry: &MemberServic
             "{o:?}"
         );
     }
+    idle(entry);
+}
+
+/// Waits until the entry holds no request and no KV.
+fn idle(entry: &MemberService) {
     let t0 = Instant::now();
     while entry.member().stats().kv_requests != 0 || entry.member().stats().active != 0 {
         let s = entry.member().stats();
@@ -317,18 +359,7 @@ fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
     until_served(&entry, "after dropped frames");
 
     // The process dies mid-generation.
-    let rxs: Vec<_> = (0..6u32)
-        .map(|i| {
-            entry
-                .member()
-                .submit(
-                    vec![i + 7, 2],
-                    SamplingParams::greedy(400),
-                    Default::default(),
-                )
-                .1
-        })
-        .collect();
+    let rxs = submit_long(&entry, 400);
     drop(child);
     let outcomes: Vec<_> = rxs.into_iter().map(|mut rx| finish(&mut rx)).collect();
     failed_cleanly(&outcomes, &entry);
@@ -339,4 +370,83 @@ fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
     drop(child);
     drop(entry);
     drop(proxy);
+}
+
+/// `GET /metrics` of the entry's HTTP surface.
+fn scrape(addr: std::net::SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(HANG)).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    out
+}
+
+#[test]
+fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (quick, reference) = (free_port(), free_port());
+    let cfg_path = config_with(dir.path(), "fallback.yaml", quick, reference, true);
+    let mut child = spawn_reference(&cfg_path);
+    let cfg = EngineConfig::from_file(&cfg_path).unwrap();
+    let entry = MemberService::start(&cfg, "quick", Some("127.0.0.1:0".parse().unwrap())).unwrap();
+    until_served(&entry, "start");
+    let before = entry.member().stats();
+
+    // Long requests; the reference dies once it has written some of them.
+    let max_tokens = 400;
+    let rxs = submit_long(&entry, max_tokens);
+    let t0 = Instant::now();
+    while entry.member().stats().committed_by_writer[1] == before.committed_by_writer[1] {
+        assert!(t0.elapsed() < HANG, "the reference never wrote");
+        thread::sleep(Duration::from_millis(1));
+    }
+    drop(child);
+    let outcomes: Vec<_> = rxs.into_iter().map(|mut rx| finish(&mut rx)).collect();
+
+    // Every request finished, each token written once, and the ones that
+    // were with the dead peer say so.
+    let mut fallbacks = 0;
+    for o in &outcomes {
+        let u = o
+            .as_ref()
+            .unwrap_or_else(|e| panic!("failed despite the fallback: {e}"));
+        assert_eq!(u.completion_tokens, max_tokens);
+        assert_eq!(u.tokens_by_model.iter().sum::<usize>(), max_tokens);
+        assert!(u.peer_fallbacks <= 1, "{u:?}");
+        fallbacks += u.peer_fallbacks;
+    }
+    assert!(
+        fallbacks > 0,
+        "no request was with the peer when it died: {outcomes:?}"
+    );
+    let counted = entry.member().stats().peer_fallbacks[1] - before.peer_fallbacks[1];
+    assert_eq!(counted, fallbacks as u64);
+    let metrics = scrape(entry.admin_addr().unwrap());
+    let series = "tokenrouter_peer_fallbacks_total{model=\"quick\",peer=\"reference\"}";
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with(series))
+        .unwrap_or_else(|| panic!("{series} missing:\n{metrics}"));
+    assert_eq!(
+        line,
+        format!("{series} {}", counted + before.peer_fallbacks[1])
+    );
+    idle(&entry);
+
+    // With the peer gone, new requests are written by the entry alone and
+    // marked too; a restarted peer is used again.
+    let u = burst(&entry, 2, 20);
+    for o in &u {
+        let u = o.as_ref().unwrap();
+        assert_eq!(u.tokens_by_model, vec![20, 0]);
+    }
+    child = spawn_reference(&cfg_path);
+    until_served(&entry, "after the restart");
+    drop(child);
 }

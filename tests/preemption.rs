@@ -102,6 +102,9 @@ fn assert_all_blocks_free(svc: &Service) {
                 && s.running + s.waiting + s.pending == 0
         });
         if idle {
+            for m in 0..2 {
+                g.check_invariants(m, HANG).unwrap();
+            }
             return;
         }
         assert!(

@@ -155,13 +155,28 @@ fn r_stitch_switches_both_ways_deterministically() {
 fn ensemble_over_three_models_accounts_every_token() {
     let models = [SMALL, "smollm2-135m-l20", LARGE];
     let kwargs = serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 2});
-    let runs = routed(&policy_group(&models, "ME", kwargs.clone()), 16);
+    let direct = policy_group(&models, "ME", kwargs);
+    let runs = routed(&direct, 16);
     check_accounting(&runs);
-    let again = routed(&policy_group(&models, "ME", kwargs), 16);
+    // The detour (every position drawn at the home) writes the same text
+    // with the same writers: the direct route changes only who draws.
+    let kwargs = serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 2, "direct": false});
+    let detour = policy_group(&models, "ME", kwargs);
+    let again = routed(&detour, 16);
     for (x, y) in runs.iter().zip(&again) {
-        assert_eq!(x.0, y.0);
-        assert_eq!(x.1, y.1);
+        assert_eq!(x.0, y.0, "the direct route changed the text");
+        assert_eq!(x.1, y.1, "the direct route changed the writers");
     }
+    let (d, t) = (direct.stats(0), detour.stats(0));
+    assert!(d.passed_on > 0, "no guest -> guest hand-over");
+    assert_eq!(t.passed_on, 0);
+    // Request rows the home computed (steps are batched, rows are not).
+    assert!(
+        d.batch_sum < t.batch_sum,
+        "home rows: direct {} vs detour {}",
+        d.batch_sum,
+        t.batch_sum
+    );
     let writers: Vec<u16> = runs.iter().flat_map(|r| r.1.clone()).collect();
     assert!(
         (0..3).all(|m| writers.contains(&m)),

@@ -1,12 +1,15 @@
-//! Assembling a gateway from an engine config: the in-process group of
-//! `tokenrouter serve` (every subserver in this process).
+//! Assembling a gateway from an engine config: in front of remote groups
+//! (`tokenrouter gateway`, the gateway pod), or with the in-process group of
+//! `tokenrouter serve` (every subserver in this process; feature `inproc`).
 
 use std::sync::Arc;
 
-use subserver::config::EngineConfig;
+use engine_config::EngineConfig;
+#[cfg(feature = "inproc")]
 use subserver::service::{Service, ServiceError};
 
 use crate::auth::{ApiKeys, AuthError};
+#[cfg(feature = "inproc")]
 use crate::backend::inproc::InProcBackend;
 use crate::state::{Gateway, GatewayOptions};
 use crate::text::TextSide;
@@ -16,11 +19,12 @@ use crate::validate::Catalog;
 #[derive(Debug, thiserror::Error)]
 pub enum AppError {
     /// The group did not start.
+    #[cfg(feature = "inproc")]
     #[error(transparent)]
     Service(#[from] ServiceError),
     /// The tokenizer of the entry model could not be loaded.
     #[error("tokenizer: {0}")]
-    Tokenizer(#[from] subserver::tokenizer::TokenizerError),
+    Tokenizer(#[from] textio::TokenizerError),
     /// The API keys could not be read.
     #[error(transparent)]
     Auth(#[from] AuthError),
@@ -33,6 +37,7 @@ impl AppError {
     /// Stable label for logs and metrics.
     pub fn error_type(&self) -> &'static str {
         match self {
+            #[cfg(feature = "inproc")]
             Self::Service(e) => e.error_type(),
             Self::Tokenizer(_) => "tokenizer",
             Self::Auth(_) => "auth",
@@ -70,6 +75,7 @@ pub fn api_keys(cfg: &EngineConfig) -> Result<ApiKeys, AppError> {
 /// Starts every model of `cfg` in this process and a gateway in front of
 /// them. The [`Service`] must outlive the gateway's requests (drop it after
 /// the server has drained).
+#[cfg(feature = "inproc")]
 pub fn inproc(cfg: &EngineConfig) -> Result<(Arc<Gateway>, Service), AppError> {
     let text = text_side(cfg)?;
     let keys = api_keys(cfg)?;

@@ -124,8 +124,8 @@ impl State {
 /// The client of the subservers: it carries the control endpoints' bearer
 /// token (`TOKENROUTER_ADMIN_TOKEN[_FILE]`) when one is configured.
 fn subserver_client() -> reqwest::Client {
-    let token = match subserver::http::ControlAccess::from_env() {
-        Ok(access) => access.token,
+    let token = match protocol::access::AdminToken::from_env() {
+        Ok(token) => token,
         Err(e) => {
             tracing::error!(error = %e, "no admin token: remote groups will refuse requests");
             None

@@ -8,8 +8,9 @@
 //! ([`sse`]) or collects the answer. [`metrics`] counts everything,
 //! [`shutdown`] drains on SIGTERM.
 //!
-//! Backends: [`backend::inproc`] (the group in this process, `tokenrouter
-//! serve`) and [`backend::remote`] (a group in other processes, reached at
+//! Backends: `backend::inproc` (the group in this process, `tokenrouter
+//! serve`; feature `inproc`, the only part that links libtorch) and
+//! [`backend::remote`] (a group in other processes, reached at
 //! its entry subserver's `/internal/generate`). [`app`] assembles a gateway
 //! from an engine config; [`discovery`] keeps the remote group list in line
 //! with the config, a watched file and DNS.
@@ -18,10 +19,12 @@ pub mod admission;
 pub mod app;
 pub mod auth;
 pub mod backend;
+pub mod cli;
 pub mod discovery;
 pub mod error;
 pub mod fuzz_entry;
 pub mod generate;
+pub mod listen;
 pub mod metrics;
 pub mod openai;
 pub mod pool;

@@ -42,7 +42,7 @@ pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl GatewayOptions {
     /// From the config's `gateway:` block.
-    pub fn from_config(g: &subserver::config::GatewayConfig) -> Self {
+    pub fn from_config(g: &engine_config::GatewayConfig) -> Self {
         Self {
             max_body_bytes: g.max_body_bytes,
             max_inflight: g.max_inflight,

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use serde_json::{Map, Value};
-use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
+use textio::{ChatMessage, ChatTemplate, TextTokenizer};
 
 use crate::error::ApiError;
 
@@ -17,7 +17,7 @@ pub struct TextSide {
 
 impl TextSide {
     /// Loads from a Hugging Face model directory (the template is optional).
-    pub fn from_dir(dir: &Path) -> Result<Self, subserver::tokenizer::TokenizerError> {
+    pub fn from_dir(dir: &Path) -> Result<Self, textio::TokenizerError> {
         let tokenizer = TextTokenizer::from_dir(dir)?;
         let template = match ChatTemplate::from_dir(dir) {
             Ok(t) => Some(t),

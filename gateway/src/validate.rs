@@ -6,7 +6,7 @@
 use protocol::client::RequestError;
 use protocol::sampling::SamplingParams;
 use serde_json::{Map, Value};
-use subserver::tokenizer::ChatMessage;
+use textio::ChatMessage;
 
 use crate::error::ApiError;
 use crate::openai::request::{

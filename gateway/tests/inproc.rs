@@ -2,6 +2,7 @@
 //! cancels its request in every subserver and frees its KV; a drain waits
 //! for in-flight requests.
 
+#![cfg(feature = "inproc")]
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 use std::path::Path;

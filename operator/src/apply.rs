@@ -21,8 +21,8 @@ use tracing::info;
 
 use crate::autoscale::{self, Decision};
 use crate::build::{self, config, name_of, serving, Desired, Inputs};
+use crate::context::key;
 use crate::context::Context;
-use crate::controller::key;
 use crate::error::Result;
 use crate::groups;
 use crate::names;
@@ -286,6 +286,10 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
     let mut status = TokenRouterDeploymentStatus {
         observed_generation: trd.metadata.generation,
         selector: Some(names::serving_pods_selector(&trd, component)),
+        // The tune loop owns `tuning`, and `thresholds` once tuned (crate::tune::status):
+        // left out of this merge patch, a reconcile that read an older status cannot undo them.
+        tuning: None,
+        thresholds: None,
         ..old.clone()
     };
 
@@ -493,7 +497,7 @@ async fn apply_all(
     status.groups = computed.groups;
     status.desired_groups = desired;
     status.models = computed.models;
-    status.thresholds = Some(thresholds);
+    status.thresholds = (thresholds.source == ThresholdSource::Fixed).then_some(thresholds);
     status.observed_concurrency = load.and_then(|l| i64::try_from(l).ok());
     Ok(monitor_problem)
 }

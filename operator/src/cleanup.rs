@@ -15,8 +15,8 @@ use kube::{Resource, ResourceExt};
 use tracing::info;
 
 use crate::build;
+use crate::context::key;
 use crate::context::Context;
-use crate::controller::key;
 use crate::error::Result;
 use crate::names;
 

@@ -41,6 +41,12 @@ impl Default for Settings {
     }
 }
 
+/// Key of a resource in the context's memory (`namespace/name`).
+pub fn key(trd: &crds::TokenRouterDeployment) -> String {
+    use kube::ResourceExt;
+    format!("{}/{}", trd.namespace().unwrap_or_default(), trd.name_any())
+}
+
 /// Memory about one resource (keyed by namespace/name).
 #[derive(Debug, Default)]
 pub struct Memory {

@@ -16,14 +16,9 @@ use kube::runtime::watcher::Config;
 use kube::ResourceExt;
 use tracing::{info, warn};
 
-use crate::context::Context;
+use crate::context::{key, Context};
 use crate::error::{Error, Result};
 use crate::{apply, cleanup, names};
-
-/// Key of a resource in the context's memory.
-pub fn key(trd: &TokenRouterDeployment) -> String {
-    format!("{}/{}", trd.namespace().unwrap_or_default(), trd.name_any())
-}
 
 /// Brings the cluster in line with one resource (or removes what it owns
 /// when it is being deleted).
@@ -95,7 +90,15 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
         "app.kubernetes.io/managed-by={}",
         names::FIELD_MANAGER
     ));
-    Controller::new(trds, Config::default())
+    // The tune loop: a second controller over the same resources (crate::tune::driver).
+    let registry = ctx.metrics.registry.clone();
+    let tune = crate::tune::driver::run(
+        client.clone(),
+        ctx.reporter.clone(),
+        &registry,
+        namespace.clone(),
+    );
+    let main = Controller::new(trds, Config::default())
         .owns(sets, owned.clone())
         .owns(services, owned.clone())
         .owns(maps, owned.clone())
@@ -107,8 +110,8 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>) {
                 Ok((obj, _)) => info!(resource = %obj, "reconciled"),
                 Err(e) => warn!(error = %e, "reconcile error"),
             }
-        })
-        .await;
+        });
+    futures::future::join(main, tune).await;
 }
 
 #[cfg(test)]

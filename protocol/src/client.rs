@@ -28,6 +28,10 @@ pub struct Usage {
     pub switches: usize,
     /// Prompt tokens served from the entry model's prefix cache.
     pub cached_prompt_tokens: usize,
+    /// Peer failures the request survived by continuing on its entry model
+    /// (`fallback_on_peer_failure`); 0 when every hand-over was served.
+    #[serde(default)]
+    pub peer_fallbacks: usize,
 }
 
 impl Usage {
@@ -258,6 +262,7 @@ mod tests {
             tokens_by_model: vec![3, 1],
             switches: 2,
             cached_prompt_tokens: 0,
+            peer_fallbacks: 0,
         };
         assert_eq!(u.large_share(0), 0.25);
     }

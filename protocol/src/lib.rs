@@ -15,7 +15,9 @@
 //! - [`wire`]: the NDJSON events a group's ingress streams to a gateway.
 //! - [`execution_mode`]: how a group's models overlap their steps.
 //! - [`metrics`]: every metric name, with its type and labels.
+//! - [`access`]: the bearer token of the subservers' control endpoints.
 
+pub mod access;
 pub mod client;
 pub mod execution_mode;
 pub mod ids;

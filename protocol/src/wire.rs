@@ -48,6 +48,9 @@ pub struct WireUsage {
     pub switches: usize,
     /// Prompt tokens from the prefix cache.
     pub cached_prompt_tokens: usize,
+    /// Peer failures survived on the entry model (absent from older peers: 0).
+    #[serde(default)]
+    pub peer_fallbacks: usize,
 }
 
 /// One NDJSON line.
@@ -122,6 +125,7 @@ impl From<&StreamEvent> for WireEvent {
                     tokens_by_model: usage.tokens_by_model.clone(),
                     switches: usage.switches,
                     cached_prompt_tokens: usage.cached_prompt_tokens,
+                    peer_fallbacks: usage.peer_fallbacks,
                 },
             },
             StreamEvent::Failed(e) => Self::Failed {
@@ -174,6 +178,7 @@ impl WireEvent {
                     tokens_by_model: usage.tokens_by_model,
                     switches: usage.switches,
                     cached_prompt_tokens: usage.cached_prompt_tokens,
+                    peer_fallbacks: usage.peer_fallbacks,
                 },
             },
             Self::Failed { error: Some(e), .. } => StreamEvent::Failed(e),
@@ -218,6 +223,7 @@ mod tests {
                     tokens_by_model: vec![0, 1],
                     switches: 0,
                     cached_prompt_tokens: 0,
+                    peer_fallbacks: 0,
                 },
             },
             StreamEvent::Failed(RequestError::ContextExceeded {

@@ -37,7 +37,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
     let port = args.port.unwrap_or(cfg.gateway().port);
     let (gw, service) = gateway::app::inproc(&cfg).context("starting the group")?;
     // Scripts and tests read the bound address from the "listening" line.
-    super::listen::block_on(super::listen::serve_until_signal(
+    gateway::listen::block_on(gateway::listen::serve_until_signal(
         gw,
         &host,
         port,

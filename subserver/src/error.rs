@@ -54,7 +54,7 @@ pub enum EngineError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// Model asset conversion failure.
     #[error(transparent)]
-    Asset(#[from] crate::assets::AssetError),
+    Asset(#[from] crate::asset_error::AssetError),
     /// libtorch raised.
     #[error("torch: {0}")]
     Torch(#[from] tch::TchError),

@@ -2,9 +2,12 @@
 //! import), the decoder architectures, the paged KV cache with its radix
 //! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
 
+pub mod asset_error;
 pub mod assets;
 pub mod bench;
-pub mod config;
+/// The engine config (crate `engine-config`, torch-free; re-exported so
+/// `subserver::config::...` paths stay).
+pub use engine_config as config;
 pub mod cuda;
 pub mod device;
 pub mod engine;
@@ -21,6 +24,8 @@ pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod service;
-pub mod tokenizer;
+/// Tokenizers and chat templates (crate `textio`, torch-free; re-exported
+/// so `subserver::tokenizer::...` paths stay).
+pub use textio as tokenizer;
 
 pub use error::EngineError;

@@ -76,6 +76,8 @@ pub struct SimGroup {
     /// Admin base URLs (`http://host:port`), one per model (the same URL
     /// twice for the in-process group, whose registry holds both models).
     pub admin: Vec<String>,
+    /// Bearer token of the control endpoints (`TOKENROUTER_ADMIN_TOKEN` of the processes).
+    pub token: Option<String>,
     children: Vec<Killed>,
     service: Option<subserver::service::Service>,
     _dir: tempfile::TempDir,
@@ -84,6 +86,22 @@ pub struct SimGroup {
 impl SimGroup {
     /// Starts the pair with Random at `p` and waits until it is healthy.
     pub fn start(binary: &Path, topology: Topology, p: f64, thresholds: Option<&str>) -> Self {
+        Self::start_with_token(binary, topology, p, thresholds, None)
+    }
+
+    /// [`Self::start`] with the control endpoints behind `token` (one process per model only).
+    pub fn start_with_token(
+        binary: &Path,
+        topology: Topology,
+        p: f64,
+        thresholds: Option<&str>,
+        token: Option<&str>,
+    ) -> Self {
+        assert!(
+            token.is_none() || topology == Topology::TcpProcesses,
+            "a token is set through the processes' environment"
+        );
+        let token = token.map(str::to_string);
         let dir = tempfile::tempdir().expect("temp dir");
         let cfg_path = dir.path().join("group.yaml");
         match topology {
@@ -100,13 +118,22 @@ impl SimGroup {
                     .iter()
                     .zip(admin)
                     .rev()
-                    .map(|(model, port)| Killed(spawn_subserver(binary, &cfg_path, model, port)))
+                    .map(|(model, port)| {
+                        Killed(spawn_subserver(
+                            binary,
+                            &cfg_path,
+                            model,
+                            port,
+                            token.as_deref(),
+                        ))
+                    })
                     .collect();
                 let group = SimGroup {
                     admin: admin
                         .iter()
                         .map(|p| format!("http://127.0.0.1:{p}"))
                         .collect(),
+                    token,
                     children,
                     service: None,
                     _dir: dir,
@@ -123,6 +150,7 @@ impl SimGroup {
                 let url = format!("http://{}", service.admin_addr().expect("admin address"));
                 let group = SimGroup {
                     admin: vec![url.clone(), url],
+                    token: None,
                     children: Vec::new(),
                     service: Some(service),
                     _dir: dir,
@@ -186,8 +214,8 @@ impl SimGroup {
             .iter()
             .zip(&self.admin)
             .map(|(model, url)| {
-                let state: serde_json::Value = client
-                    .get(format!("{url}/admin/state"))
+                let state: serde_json::Value = self
+                    .authorized(client.get(format!("{url}/admin/state")))
                     .send()
                     .and_then(|r| r.json())
                     .unwrap_or_else(|e| panic!("GET {url}/admin/state: {e}"));
@@ -211,8 +239,8 @@ impl SimGroup {
     pub fn set_probability(&self, p: f64) {
         let client = client();
         for url in &self.admin {
-            let r = client
-                .put(format!("{url}/admin/routing_threshold"))
+            let r = self
+                .authorized(client.put(format!("{url}/admin/routing_threshold")))
                 .json(&serde_json::json!({ "routing_threshold": p }))
                 .send()
                 .unwrap_or_else(|e| panic!("PUT {url}/admin/routing_threshold: {e}"));
@@ -238,18 +266,39 @@ impl SimGroup {
                 .into_iter()
                 .map(|m| (MODELS[m].to_string(), serde_json::json!(table[m])))
                 .collect();
-            let r = client
-                .put(format!("{url}/admin/thresholds"))
+            let r = self
+                .authorized(client.put(format!("{url}/admin/thresholds")))
                 .json(&serde_json::json!({ "delayed_batching_threshold": body }))
                 .send()
                 .unwrap_or_else(|e| panic!("PUT {url}/admin/thresholds: {e}"));
             assert!(r.status().is_success(), "PUT thresholds: {}", r.status());
         }
     }
+
+    /// `request` with the group's bearer token, if it has one.
+    pub fn authorized(
+        &self,
+        request: reqwest::blocking::RequestBuilder,
+    ) -> reqwest::blocking::RequestBuilder {
+        match &self.token {
+            Some(t) => request.bearer_auth(t),
+            None => request,
+        }
+    }
 }
 
-fn spawn_subserver(binary: &Path, cfg: &Path, model: &str, admin: u16) -> Child {
-    Command::new(binary)
+fn spawn_subserver(
+    binary: &Path,
+    cfg: &Path,
+    model: &str,
+    admin: u16,
+    token: Option<&str>,
+) -> Child {
+    let mut command = Command::new(binary);
+    if let Some(token) = token {
+        command.env(subserver::http::access::TOKEN_ENV, token);
+    }
+    command
         .args(["subserver", "--config"])
         .arg(cfg)
         .args(["--model", model, "--admin", &format!("127.0.0.1:{admin}")])
@@ -287,16 +336,29 @@ pub struct Load {
 impl Load {
     /// Starts the clients against `entry` (an admin base URL).
     pub fn start(entry: &str, clients: usize, max_tokens: usize) -> Self {
+        Self::start_with_token(entry, clients, max_tokens, None)
+    }
+
+    /// [`Self::start`] with a bearer token on every request.
+    pub fn start_with_token(
+        entry: &str,
+        clients: usize,
+        max_tokens: usize,
+        token: Option<&str>,
+    ) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let tokens = Arc::new(AtomicU64::new(0));
         let handles = (0..clients)
             .map(|c| {
-                let (stop, tokens, url) = (
+                let (stop, tokens, url, token) = (
                     stop.clone(),
                     tokens.clone(),
                     format!("{entry}/internal/generate"),
+                    token.map(str::to_string),
                 );
-                std::thread::spawn(move || client_loop(&url, c as u32, max_tokens, &stop, &tokens))
+                std::thread::spawn(move || {
+                    client_loop(&url, token.as_deref(), c as u32, max_tokens, &stop, &tokens)
+                })
             })
             .collect();
         Self {
@@ -329,6 +391,7 @@ impl Load {
 
 fn client_loop(
     url: &str,
+    token: Option<&str>,
     id: u32,
     max_tokens: usize,
     stop: &AtomicBool,
@@ -344,7 +407,11 @@ fn client_loop(
             "prompt": [1 + id % 97, 2 + k % 89, 3, 4, 5, 6, 7, 8],
             "params": SamplingParams::greedy(max_tokens),
         });
-        let response = match client.post(url).json(&body).send() {
+        let request = match token {
+            Some(t) => client.post(url).bearer_auth(t),
+            None => client.post(url),
+        };
+        let response = match request.json(&body).send() {
             Ok(r) if r.status().is_success() => r,
             _ => {
                 counts.failed += 1;

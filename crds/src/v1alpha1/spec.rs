@@ -443,6 +443,12 @@ pub struct TuningSpec {
     /// Read metrics from this Prometheus instead of the pods' `/metrics`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prometheus_url: Option<String>,
+    /// Largest concurrency the tuned table covers (default: the gateway's
+    /// `maxInflight` × replicas shared by the groups, else the autoscaler's
+    /// `targetConcurrencyPerGroup`; at most 64). Beyond it the last entry holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 64))]
+    pub max_concurrency: Option<i32>,
 }
 
 fn default_tuning_interval() -> i32 {

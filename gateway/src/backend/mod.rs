@@ -2,8 +2,10 @@
 //! validated request and get its event stream, cancel it by dropping the
 //! [`Submission`], ask whether the group is healthy and how loaded.
 
+#[cfg(feature = "inproc")]
 pub mod inproc;
 pub mod remote;
+#[cfg(feature = "inproc")]
 pub mod std_serving;
 
 use protocol::client::StreamEvent;

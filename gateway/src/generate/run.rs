@@ -236,6 +236,7 @@ impl Run {
             tokens_by_model: vec![0; members],
             switches: 0,
             cached_prompt_tokens: 0,
+            peer_fallbacks: 0,
         };
         let n = self.prepared.n.max(1);
         for (idx, c) in self.choices.iter().enumerate() {
@@ -246,6 +247,7 @@ impl Run {
             }
             total.completion_tokens += u.completion_tokens;
             total.switches += u.switches;
+            total.peer_fallbacks += u.peer_fallbacks;
             for (m, &k) in u.tokens_by_model.iter().enumerate() {
                 if m >= total.tokens_by_model.len() {
                     total.tokens_by_model.resize(m + 1, 0);

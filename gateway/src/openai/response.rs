@@ -50,6 +50,8 @@ pub fn id_prefix(endpoint: Endpoint) -> &'static str {
 }
 
 /// `usage` with the routing extensions; `names[i]` is model `i`.
+/// `peer_fallbacks` counts peer failures the request survived on the entry
+/// model (`fallback_on_peer_failure`).
 pub fn usage_json(u: &Usage, names: &[String]) -> Value {
     let mut by_model = Map::new();
     for (i, name) in names.iter().enumerate() {
@@ -65,6 +67,7 @@ pub fn usage_json(u: &Usage, names: &[String]) -> Value {
         "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens},
         "completion_tokens_by_model": by_model,
         "switches": u.switches,
+        "peer_fallbacks": u.peer_fallbacks,
     })
 }
 
@@ -306,6 +309,7 @@ mod tests {
             tokens_by_model: vec![3, 1],
             switches: 2,
             cached_prompt_tokens: 1,
+            peer_fallbacks: 0,
         }
     }
 
@@ -325,6 +329,7 @@ mod tests {
                 "prompt_tokens_details": {"cached_tokens": 1},
                 "completion_tokens_by_model": {"quick": 3, "reference": 1},
                 "switches": 2,
+                "peer_fallbacks": 0,
             })
         );
         // A model the usage has no count for still appears, with 0.

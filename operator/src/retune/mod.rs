@@ -1,17 +1,20 @@
-//! The tune loop: live retuning of the delayed-batching thresholds B of one serving group.
+//! The tune loop: live retuning of the delayed-batching thresholds B of serving groups.
 //!
-//! Every `tuning.interval` the operator calls [`GroupTuner::tick`] for each group:
+//! Every `tuning.interval` the operator ([`crate::tune::driver`]) calls [`GroupTuner::tick`]
+//! over the pods of a resource's groups (which run the same models and config, so their
+//! counters pool into one estimate and one table):
 //!
-//! 1. **gather** the group's series: its pods' `/metrics` (addresses from the EndpointSlices
-//!    of the models' headless Services), or Prometheus when `tuning.prometheusUrl` is set;
-//! 2. **window** them: the increase since the last accepted estimate ([`SampleWindow`]), so a
+//! 1. **gather** the series: the pods' `/metrics` (addresses from the EndpointSlices of the
+//!    models' headless Services), or Prometheus when `tuning.prometheusUrl` is set;
+//! 2. **window** them: per pod, the increase since the last accepted estimate, summed over the
+//!    pods ([`SampleWindow`]), so a
 //!    change of routing shows within one window instead of being averaged into the process
 //!    lifetime (Prometheus answers `increase(...[interval])` directly);
 //! 3. **estimate** P, C and L(b) ([`tuner::metrics::estimate`]); too few samples is an
 //!    outcome, not an error: the window grows and the status says so;
 //! 4. **decide** with hysteresis ([`decide::decide`]): the B table for concurrency
 //!    1..=the group's admission limit, pushed only when its predicted gain over the applied
-//!    table exceeds `tuning.minGainPercent`;
+//!    table exceeds the hysteresis (`tuning.hysteresis`, 2% by default);
 //! 5. **push** it to every pod's admin endpoint with the operator's bearer token
 //!    ([`sources::push_thresholds`]). The caller then writes the ConfigMap (so a restarted
 //!    pod starts with it), the status and an Event from the returned [`TuneOutcome`].
@@ -26,7 +29,7 @@ pub mod window;
 pub use decide::{decide, threshold_at, Decision, Proposal, TuneSettings};
 pub use metrics::RetuneMetrics;
 pub use sources::{push_thresholds, query_prometheus, scrape_pods, PodTarget};
-pub use window::SampleWindow;
+pub use window::{SampleWindow, Scrape};
 
 use std::collections::BTreeMap;
 use tuner::metrics::{estimate, EstimateOptions, MetricsEstimate};

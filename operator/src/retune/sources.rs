@@ -1,6 +1,7 @@
 //! Where a group's metrics come from (its pods' `/metrics`, or Prometheus) and where its
 //! thresholds go (each pod's `PUT /admin/thresholds`, with the operator's bearer token).
 
+use super::window::Scrape;
 use super::RetuneError;
 use std::collections::BTreeMap;
 use tuner::metrics::estimate::{
@@ -17,19 +18,24 @@ pub struct PodTarget {
     pub models: Vec<String>,
 }
 
-/// Scrapes every pod's `/metrics` and merges them.
+/// Scrapes every pod's `/metrics`, once per distinct admin URL (the models of a
+/// `podPerGroup` pod share one), keyed by that URL.
 pub async fn scrape_pods(
     client: &reqwest::Client,
     pods: &[PodTarget],
     token: Option<&str>,
-) -> Result<MetricSeries, RetuneError> {
-    let mut texts = Vec::with_capacity(pods.len());
+) -> Result<Scrape, RetuneError> {
+    let mut out = Scrape::new();
     for pod in pods {
+        if out.contains_key(&pod.admin_url) {
+            continue;
+        }
         let url = format!("{}/metrics", pod.admin_url);
         let text = send(with_token(client.get(&url), token), &url).await?;
-        texts.push(MetricsText { source: url, text });
+        let series = MetricSeries::from_texts(&[MetricsText { source: url, text }])?;
+        out.insert(pod.admin_url.clone(), series);
     }
-    Ok(MetricSeries::from_texts(&texts)?)
+    Ok(out)
 }
 
 /// The same series from Prometheus: the increase of each counter over `window_s`, summed by

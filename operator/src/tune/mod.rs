@@ -1,25 +1,26 @@
-//! The tune loop's home (issue #12): retune the delayed-batching table B
-//! from live routing metrics.
+//! The tune loop's home (issue #12): retune the delayed-batching table B from live routing
+//! metrics, per `TokenRouterDeployment` with `spec.tuning` and `delayedBatching.mode: auto`.
 //!
-//! # The hook
-//! The reconciler already keeps a B table in force and shows it in
-//! `status.thresholds` (`table`, `source: fixed | tuned`, `appliedAt`):
-//! * with `spec.delayedBatching.mode: fixed`, or before any tuning, it is the
-//!   spec's table, `source: fixed`;
-//! * with `mode: auto`, once `status.thresholds.source` is `tuned`, the
-//!   reconciler renders *that* table into the engine ConfigMap (without
-//!   rolling pods: the pods' config hash covers only the spec).
+//! * [`driver`]: the loop itself, a second kube `Controller` whose reconcile is one round
+//!   ([`crate::retune::GroupTuner::tick`]) and which requeues after `tuning.interval`;
+//! * [`discover`]: the serving pods from the EndpointSlices of the headless Services;
+//! * [`settings`]: `spec.tuning` resolved (interval, hysteresis, sample floor, the table's
+//!   largest concurrency, pods or Prometheus);
+//! * [`status`]: `status.tuning` and `status.thresholds` (`source: tuned`), written by
+//!   server-side apply with the loop's own field manager.
 //!
-//! So a tune loop needs only to (1) read the pods' `/metrics` (the entry
-//! pods are `config::group_url(trd, ns, k)`, token in the admin Secret) or
-//! `spec.tuning.prometheusUrl`, (2) run [`tuner`] on them, (3) `PUT
-//! /admin/thresholds` on every serving pod, and (4) write the new table to
-//! `status.thresholds` with `source: tuned` (a status patch with field
-//! manager [`FIELD_MANAGER`]); the next reconcile keeps the ConfigMap in
-//! step, so restarted pods come back with the tuned table.
-//!
-//! [`config::group_url`]: crate::build::config::group_url
-//! [`FIELD_MANAGER`]: crate::names::FIELD_MANAGER
+//! # The hook in the reconciler
+//! The reconciler keeps a B table in force: with `mode: fixed` (or before any tuning) the
+//! spec's, `source: fixed`; once `status.thresholds.source` is `tuned` (and `mode: auto`),
+//! that table, which it renders into the engine ConfigMap without rolling pods (the pods'
+//! config hash covers only the spec). A tuned table in status therefore reaches the
+//! ConfigMap on the reconcile that the status write wakes, and restarted pods start with it.
+//! The reconciler's status patch leaves out `tuning`, and `thresholds` while they are tuned.
+
+pub mod discover;
+pub mod driver;
+pub mod settings;
+pub mod status;
 
 use crds::v1alpha1::{AppliedThresholds, DelayedBatchingMode, ThresholdSource};
 use crds::TokenRouterDeployment;

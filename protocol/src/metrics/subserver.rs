@@ -60,6 +60,15 @@ pub const REQUEST_SUCCESS_TOTAL: &str = "tokenrouter_request_success_total";
 pub const REQUEST_FAILURE_TOTAL: &str = "tokenrouter_request_failure_total";
 /// Counter `{from, to, kind}`: messages sent between subservers.
 pub const PEER_MESSAGES_TOTAL: &str = "tokenrouter_peer_messages_total";
+/// Counter `{model, policy, reason}`: steps on `model` whose routing signal
+/// could not be computed (`reason`: `missing_input`, `shape`, `compute`);
+/// the current writer kept the pen for those steps. Anything above zero is
+/// a fault to look at, not a routing decision.
+pub const SIGNAL_FAILURES_TOTAL: &str = "tokenrouter_signal_failures_total";
+/// Counter `{model, peer}`: requests at home `model` that continued on it
+/// after `peer` failed (`fallback_on_peer_failure`); without the setting
+/// those requests fail and count in [`REQUEST_FAILURE_TOTAL`].
+pub const PEER_FALLBACKS_TOTAL: &str = "tokenrouter_peer_fallbacks_total";
 
 const MODEL: &[&str] = &["model"];
 
@@ -112,6 +121,16 @@ pub const ALL: &[MetricDef] = &[
         PEER_MESSAGES_TOTAL,
         MetricKind::Counter,
         &["from", "to", "kind"],
+    ),
+    MetricDef::new(
+        SIGNAL_FAILURES_TOTAL,
+        MetricKind::Counter,
+        &["model", "policy", "reason"],
+    ),
+    MetricDef::new(
+        PEER_FALLBACKS_TOTAL,
+        MetricKind::Counter,
+        &["model", "peer"],
     ),
 ];
 

@@ -17,7 +17,7 @@ use super::error::TransportError;
 use super::message::{ModelIdx, PeerMsg};
 
 /// Version of the frame and message encoding; bumped on any change.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 /// First bytes of every handshake ("TokenRouter Peer").
 pub const MAGIC: [u8; 4] = *b"TRPR";
@@ -228,8 +228,10 @@ mod tests {
                     sampling,
                     seed: 0xdead_beef_cafe,
                     pinned: true,
+                    route_seed: u64::MAX,
                 }),
                 logprobs: vec![],
+                next: None,
             }),
             PeerMsg::Req(PeerReq {
                 rid: 5,
@@ -242,6 +244,7 @@ mod tests {
                 n_active: 0,
                 meta: None,
                 logprobs: vec![lp.clone()],
+                next: Some(1),
             }),
             PeerMsg::Progress {
                 rid: 6,

@@ -17,6 +17,10 @@ pub struct RequestMeta {
     /// it keeps the pen, streams each token home as a `Progress`, and
     /// returns only at EOS or when the budget is spent.
     pub pinned: bool,
+    /// The request's own seed (the home's, not the derived sampler seed):
+    /// policies that draw per position (ME) draw the same stream at every
+    /// model, so a guest can pick the next writer itself.
+    pub route_seed: u64,
 }
 
 /// A hand-over of the pen: the receiver writes next.
@@ -45,6 +49,11 @@ pub struct PeerReq {
     /// Log-probabilities of `tokens` as their writer saw them (a guest's
     /// return, when the request asked for logprobs); else empty.
     pub logprobs: Vec<TokenLogprobs>,
+    /// On a guest's return: the model the guest drew to write next (ME
+    /// without a detour). The home commits `tokens` and passes the pen on
+    /// to that model at once, without a step of its own; it catches up on
+    /// the tokens it skipped (one prefill) when it next writes.
+    pub next: Option<ModelIdx>,
 }
 
 /// Every message between subservers.

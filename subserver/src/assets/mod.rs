@@ -9,7 +9,9 @@
 pub mod checkpoint_reader;
 mod derive;
 pub mod dtype;
-mod error;
+// The error type is a leaf module of its own: `EngineError` wraps it, and
+// assets sits above `model`, whose code returns `EngineError`.
+use crate::asset_error as error;
 pub mod gguf;
 pub mod hf_files;
 mod progress;

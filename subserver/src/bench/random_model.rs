@@ -3,12 +3,12 @@
 
 use std::time::Instant;
 
+use crate::bench::random_init::random_weights;
 use crate::config::{DType, DeviceSpec};
 use crate::error::EngineError;
 use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::dir::ModelDir;
-use crate::model::random_init::random_weights;
 use crate::runner::memory::KvBudget;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::{ModelRunner, StepBatch, StepItem};

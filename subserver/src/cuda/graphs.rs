@@ -22,7 +22,7 @@ use crate::cuda::static_layout::{copy_into, decode_layout, DecodeItem};
 use crate::error::EngineError;
 use crate::kv::storage::KvStorage;
 use crate::model::decoder::Decoder;
-use crate::runner::layout::BatchLayout;
+use crate::model::layout::BatchLayout;
 
 /// Batch sizes graphs are captured at (SGLang-like: dense at the small end).
 pub const BATCH_BUCKETS: [usize; 8] = [1, 2, 4, 8, 12, 16, 24, 32];

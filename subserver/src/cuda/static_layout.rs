@@ -7,7 +7,7 @@
 use tch::{Device, Tensor};
 
 use crate::error::EngineError;
-use crate::runner::layout::BatchLayout;
+use crate::model::layout::BatchLayout;
 
 /// One decoding item: its new token and the KV slot of every position
 /// `0..=pos` (the new token's slot last).

@@ -184,6 +184,7 @@ fn regenerate_seed_corpus() {
         n_active: 3,
         meta: None,
         logprobs: vec![],
+        next: None,
     });
     let release = PeerMsg::Release {
         rid: 77,

@@ -34,6 +34,8 @@ pub struct SubserverMetrics {
     pub(super) request_success: IntCounterVec,
     pub(super) request_failure: IntCounterVec,
     pub(super) peer_messages: IntCounterVec,
+    pub(super) signal_failures: IntCounterVec,
+    pub(super) peer_fallbacks: IntCounterVec,
 }
 
 impl SubserverMetrics {
@@ -134,6 +136,16 @@ impl SubserverMetrics {
                 "Messages sent between subservers, by sender, receiver and kind.",
                 &["from", "to", "kind"],
             )?,
+            signal_failures: int_counter(
+                names::SIGNAL_FAILURES_TOTAL,
+                "Steps whose routing signal could not be computed (the current writer kept the pen), by reason.",
+                &["model", "policy", "reason"],
+            )?,
+            peer_fallbacks: int_counter(
+                names::PEER_FALLBACKS_TOTAL,
+                "Requests that continued on their home model after a peer failed (fallback_on_peer_failure).",
+                &["model", "peer"],
+            )?,
         };
         metrics.register(registry)?;
         Ok(metrics)
@@ -172,6 +184,19 @@ impl SubserverMetrics {
         self.peer_messages
             .with_label_values(&[from, to, kind])
             .inc();
+    }
+
+    /// Counts `n` steps on `model` whose `policy` had no routing signal
+    /// for `reason`.
+    pub fn add_signal_failures(&self, model: &str, policy: &str, reason: &str, n: u64) {
+        self.signal_failures
+            .with_label_values(&[model, policy, reason])
+            .inc_by(n);
+    }
+
+    /// Counts one request at home `model` that continued there after `peer` failed.
+    pub fn add_peer_fallback(&self, model: &str, peer: &str) {
+        self.peer_fallbacks.with_label_values(&[model, peer]).inc();
     }
 
     /// The collectors with their names, in registration order.
@@ -244,6 +269,14 @@ impl SubserverMetrics {
             (
                 names::PEER_MESSAGES_TOTAL,
                 Box::new(self.peer_messages.clone()),
+            ),
+            (
+                names::SIGNAL_FAILURES_TOTAL,
+                Box::new(self.signal_failures.clone()),
+            ),
+            (
+                names::PEER_FALLBACKS_TOTAL,
+                Box::new(self.peer_fallbacks.clone()),
             ),
         ]
     }

@@ -1,6 +1,6 @@
 //! The decoder shared by Llama, Qwen2 and Qwen3: embeddings, pre-norm blocks
 //! with grouped-query attention over the paged KV cache, SwiGLU MLP, final
-//! norm and head. One forward serves a ragged batch (see `runner::layout`).
+//! norm and head. One forward serves a ragged batch (see `model::layout`).
 
 use tch::{Device, Kind, Tensor};
 use tracing::warn;
@@ -8,9 +8,9 @@ use tracing::warn;
 use crate::error::EngineError;
 use crate::kv::storage::KvStorage;
 use crate::model::config::{Architecture, ModelConfig};
+use crate::model::layout::BatchLayout;
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
-use crate::runner::layout::BatchLayout;
 
 /// RMSNorm as transformers computes it: statistics in f32, scale in the model dtype.
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {

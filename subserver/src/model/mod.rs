@@ -3,6 +3,6 @@
 pub mod config;
 pub mod decoder;
 pub mod dir;
-pub mod random_init;
+pub mod layout;
 pub mod rope;
 pub mod weights;

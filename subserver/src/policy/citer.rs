@@ -8,6 +8,7 @@ use crate::policy::handover::{
 };
 use crate::policy::router::citer_net::CiterNet;
 use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::routing::signal_health::SignalError;
 use crate::routing::StepView;
 
 /// τ when neither the kwargs nor the checkpoint give one.
@@ -67,20 +68,20 @@ impl CiterPolicy {
 
 impl HandoverSignal for CiterNet {
     /// The router's confidence in each row's token.
-    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, SignalError> {
         let Some(hidden) = view.hidden else {
-            return Err("the backend gives no hidden states".into());
+            return Err(SignalError::missing("the backend gives no hidden states"));
         };
         let h = hidden.size()[1];
         if h != self.hidden_size() {
-            return Err(format!(
+            return Err(SignalError::shape(format!(
                 "the router reads hidden states {} wide, the model has {h}",
                 self.hidden_size()
-            ));
+            )));
         }
         self.forward(hidden)
             .and_then(|c| Vec::<f32>::try_from(&c.f_to_device(tch::Device::Cpu)?))
-            .map_err(|e| e.to_string())
+            .map_err(SignalError::compute)
     }
 }
 

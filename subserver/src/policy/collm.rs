@@ -9,6 +9,7 @@ use tch::{Kind, Tensor};
 
 use crate::policy::handover::{other_model, HandoverBar, HandoverPolicy, HandoverSignal};
 use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::routing::signal_health::SignalError;
 use crate::routing::StepView;
 
 /// η when the kwargs give none.
@@ -22,10 +23,12 @@ pub type CoLlmPolicy = HandoverPolicy<DeferralColumn>;
 pub struct DeferralColumn;
 
 impl HandoverSignal for DeferralColumn {
-    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, SignalError> {
         match (view.logits, view.embeddings) {
             (Some(logits), Some(emb)) => deferral_scores(logits, emb.size()[0]),
-            _ => Err("the backend gives no logits or embedding matrix".into()),
+            _ => Err(SignalError::missing(
+                "the backend gives no logits or embedding matrix",
+            )),
         }
     }
 }
@@ -37,13 +40,13 @@ pub fn defers(score: f32, threshold: f64) -> bool {
 
 /// Deferral scores `[B]`: the sigmoid of the last column of `[B, V + 1]`
 /// logits, checked to lie past the `vocab` sampled columns.
-pub fn deferral_scores(logits: &Tensor, vocab: i64) -> Result<Vec<f32>, String> {
+pub fn deferral_scores(logits: &Tensor, vocab: i64) -> Result<Vec<f32>, SignalError> {
     let width = logits.size().last().copied().unwrap_or(0);
     if width <= vocab {
-        return Err(format!(
+        return Err(SignalError::shape(format!(
             "the head has {width} columns for a vocabulary of {vocab}: no deferral column \
              (set deferral_columns: 1 in the small model's config.json)"
-        ));
+        )));
     }
     let run = || -> Result<Vec<f32>, tch::TchError> {
         let s = logits
@@ -54,7 +57,7 @@ pub fn deferral_scores(logits: &Tensor, vocab: i64) -> Result<Vec<f32>, String> 
             .f_to_device(tch::Device::Cpu)?;
         Vec::<f32>::try_from(&s)
     };
-    run().map_err(|e| e.to_string())
+    run().map_err(SignalError::compute)
 }
 
 impl CoLlmPolicy {
@@ -110,6 +113,7 @@ mod tests {
         }
         assert!(deferral_scores(&l, 4)
             .unwrap_err()
+            .detail
             .contains("deferral_columns"));
         assert!(defers(0.5, 0.15) && defers(0.25, 0.15) && !defers(0.125, 0.15));
         assert!(

@@ -1,17 +1,31 @@
 //! ME (model ensemble by weights): after every token the next writer is drawn
 //! from fixed weights over two or more models (the paper: 0.6B / 8B / 32B
-//! with 0.5 / 0.3 / 0.2), seeded per request so runs repeat. The entry model
-//! draws for each position; a drawn peer writes that one token and returns.
+//! with 0.5 / 0.3 / 0.2), seeded per request so runs repeat. Every model
+//! draws from the same per-request stream (the request's own seed, which
+//! guests receive with the request), so the writer of a position does not
+//! depend on who draws it.
+//!
+//! The model that holds the pen draws the next writer itself after each
+//! token it writes (`direct`, the default): a model that draws itself keeps
+//! writing, the home hands the next position over without computing a
+//! token to drop, and a guest that draws another guest hands over to it
+//! through the home's inbox without a step at the home; the home catches up
+//! on what it skipped (one prefill) when it next writes. With `direct:
+//! false` a guest writes one token and returns, and the home steps to draw
+//! every position, dropping its token where a guest is drawn (the detour).
 
 use crate::peer::message::ModelIdx;
 use crate::policy::draw::uniform;
-use crate::policy::{kwarg_u64, Placement, PolicyError};
+use crate::policy::{kwarg_bool, kwarg_u64, Placement, PolicyError};
 use crate::routing::{Dest, RoutingPolicy, StepView};
 
-/// `scheduler_kwargs`: `weights` (one per model, non-negative, not all zero), `seed`.
+/// `scheduler_kwargs`: `weights` (one per model, non-negative, not all
+/// zero), `seed`, `direct` (default true: the pen holder draws the next
+/// writer; false: every position is drawn at the home).
 pub struct EnsemblePolicy {
     cumulative: Vec<f64>,
     seed: u64,
+    direct: bool,
     at: Placement,
 }
 
@@ -55,6 +69,7 @@ impl EnsemblePolicy {
         Ok(Self {
             cumulative,
             seed: kwarg_u64(kwargs, "seed")?.unwrap_or(0),
+            direct: kwarg_bool(kwargs, "direct")?.unwrap_or(true),
             at,
         })
     }
@@ -79,16 +94,38 @@ impl RoutingPolicy for EnsemblePolicy {
             .iter()
             .map(|item| {
                 if view.model != self.at.entry {
-                    return Dest::Peer {
-                        to: item.home,
-                        keep_token: true,
+                    // A guest writes the position it was handed (its token
+                    // is kept); who writes the next one?
+                    let next = if self.direct {
+                        self.writer(item.seed, item.position + 1)
+                    } else {
+                        item.home
+                    };
+                    return if next == view.model {
+                        Dest::Stay
+                    } else {
+                        Dest::Peer {
+                            to: next,
+                            keep_token: true,
+                        }
                     };
                 }
                 match self.writer(item.seed, item.position) {
-                    w if w == self.at.entry => Dest::Stay,
-                    w => Dest::Peer {
+                    // Not this model's position (the first one, or any
+                    // position with the detour): drop the token.
+                    w if w != self.at.entry => Dest::Peer {
                         to: w,
                         keep_token: false,
+                    },
+                    _ if !self.direct => Dest::Stay,
+                    // Ours: keep it, and hand the next one over right away
+                    // instead of computing a token to drop.
+                    _ => match self.writer(item.seed, item.position + 1) {
+                        n if n == self.at.entry => Dest::Stay,
+                        n => Dest::Peer {
+                            to: n,
+                            keep_token: true,
+                        },
                     },
                 }
             })
@@ -127,6 +164,104 @@ mod tests {
     }
 
     #[test]
+    fn a_guest_draws_the_next_writer_from_the_requests_stream() {
+        use crate::routing::RouteItem;
+        let mk = |kw: serde_json::Value| {
+            let at = Placement {
+                model: 1,
+                num_models: 3,
+                entry: 0,
+            };
+            EnsemblePolicy::from_kwargs(&kw, at).unwrap()
+        };
+        let mut direct = mk(serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 4}));
+        let mut detour =
+            mk(serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 4, "direct": false}));
+        let mut seen = [0usize; 3];
+        for position in 0..300 {
+            let items = [RouteItem {
+                rid: 1,
+                home: 0,
+                token: 5,
+                position,
+                written_this_turn: 1,
+                seed: 77,
+                prompt_entropy: None,
+            }];
+            let view = StepView {
+                model: 1,
+                num_models: 3,
+                items: &items,
+                logits: None,
+                hidden: None,
+                embeddings: None,
+            };
+            // The writer the home would draw for the next position.
+            let next = direct.writer(77, position + 1);
+            seen[next as usize] += 1;
+            let want = if next == 1 {
+                Dest::Stay
+            } else {
+                Dest::Peer {
+                    to: next,
+                    keep_token: true,
+                }
+            };
+            assert_eq!(direct.route(&view), vec![want]);
+            assert_eq!(
+                detour.route(&view),
+                vec![Dest::Peer {
+                    to: 0,
+                    keep_token: true
+                }]
+            );
+        }
+        assert!(seen.iter().all(|&n| n > 0), "{seen:?}");
+
+        // At the home: a position drawn for a guest is dropped; its own
+        // token is kept and the next writer drawn at once.
+        let home_at = Placement {
+            model: 0,
+            num_models: 3,
+            entry: 0,
+        };
+        let kw = serde_json::json!({"weights": [0.5, 0.3, 0.2], "seed": 4});
+        let mut home = EnsemblePolicy::from_kwargs(&kw, home_at).unwrap();
+        for position in 0..300 {
+            let items = [RouteItem {
+                rid: 1,
+                home: 0,
+                token: 5,
+                position,
+                written_this_turn: 0,
+                seed: 77,
+                prompt_entropy: None,
+            }];
+            let view = StepView {
+                model: 0,
+                num_models: 3,
+                items: &items,
+                logits: None,
+                hidden: None,
+                embeddings: None,
+            };
+            let (w, next) = (home.writer(77, position), home.writer(77, position + 1));
+            let want = match (w, next) {
+                (0, 0) => Dest::Stay,
+                (0, n) => Dest::Peer {
+                    to: n,
+                    keep_token: true,
+                },
+                (w, _) => Dest::Peer {
+                    to: w,
+                    keep_token: false,
+                },
+            };
+            assert_eq!(home.route(&view), vec![want]);
+        }
+    }
+
+    #[test]
     fn bad_weights_are_named() {
         let at = Placement {
             model: 0,
@@ -138,9 +273,15 @@ mod tests {
             serde_json::json!({"weights": [1, 2]}),
             serde_json::json!({"weights": [0, 0, 0]}),
             serde_json::json!({"weights": [1, -1, 1]}),
+            serde_json::json!({"weights": [1, 1, 1], "direct": "yes"}),
         ] {
             let e = EnsemblePolicy::from_kwargs(&kw, at).err().unwrap();
-            assert!(e.to_string().contains("scheduler_kwargs.weights"), "{e}");
+            let key = if kw.get("direct").is_some() {
+                "scheduler_kwargs.direct"
+            } else {
+                "scheduler_kwargs.weights"
+            };
+            assert!(e.to_string().contains(key), "{e}");
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::policy::{
     kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
+use crate::routing::signal_health::{SignalError, SignalHealth};
 use crate::routing::{Dest, RoutingPolicy, StepView};
 use crate::sampling::signals::normalized_entropy_rows;
 
@@ -40,6 +41,7 @@ pub struct GlimpRouterPolicy {
     at: Placement,
     target: ModelIdx,
     requests: HashMap<Rid, StepState>,
+    health: SignalHealth,
 }
 
 impl GlimpRouterPolicy {
@@ -105,6 +107,7 @@ impl GlimpRouterPolicy {
             at,
             target,
             requests: HashMap::new(),
+            health: SignalHealth::new("GlimpRouter"),
         }
     }
 
@@ -136,9 +139,20 @@ impl RoutingPolicy for GlimpRouterPolicy {
 
     fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
         let home = view.model == self.at.entry;
+        // Only the entry reads the glimpse's entropy; a step without it is
+        // counted and logged, and the entry keeps the pen for that step.
         let entropy = match view.logits.map(normalized_entropy_rows) {
             Some(Ok(h)) => Some(h),
-            _ => None,
+            _ if !home => None,
+            Some(Err(e)) => {
+                self.health.failed(&SignalError::compute(e));
+                None
+            }
+            None => {
+                self.health
+                    .failed(&SignalError::missing("the backend gave no logits"));
+                None
+            }
         };
         let delimiter = self.delimiter.clone();
         let mut dests = Vec::with_capacity(view.items.len());
@@ -185,6 +199,10 @@ impl RoutingPolicy for GlimpRouterPolicy {
 
     fn release(&mut self, rid: Rid) {
         self.requests.remove(&rid);
+    }
+
+    fn signal_health(&self) -> Option<SignalHealth> {
+        Some(self.health.clone())
     }
 
     fn knob(&self) -> Option<ThresholdKnob> {

@@ -8,7 +8,7 @@ use crate::policy::{LiveThreshold, Placement, PolicyError, ShareDirection, Thres
 use std::path::PathBuf;
 
 use crate::policy::router::{RouterCheckpoint, RouterError};
-use crate::policy::signal_health::SignalHealth;
+use crate::policy::signal_health::{SignalError, SignalHealth};
 use crate::policy::PolicyEnv;
 use crate::routing::{Dest, RoutingPolicy, StepView};
 
@@ -56,25 +56,32 @@ impl HandoverBar {
         self.health.failures()
     }
 
+    /// The failure counts the scheduler exports.
+    pub fn health(&self) -> SignalHealth {
+        self.health.clone()
+    }
+
     /// Destinations from one signal per row: rows where `fires(signal,
     /// threshold)` go to the large model without their token. A step without
     /// a signal is counted and logged (`SignalHealth`); the entry keeps
     /// writing for that step.
     pub fn route(
         &mut self,
-        signals: Result<Vec<f32>, String>,
+        signals: Result<Vec<f32>, SignalError>,
         rows: usize,
         fires: impl Fn(f32, f64) -> bool,
     ) -> Vec<Dest> {
         let signals = match signals {
             Ok(s) if s.len() == rows => s,
             Ok(s) => {
-                self.health
-                    .failed(&format!("{} signals for {rows} rows", s.len()));
+                self.health.failed(&SignalError::shape(format!(
+                    "{} signals for {rows} rows",
+                    s.len()
+                )));
                 return vec![Dest::Stay; rows];
             }
-            Err(reason) => {
-                self.health.failed(&reason);
+            Err(e) => {
+                self.health.failed(&e);
                 return vec![Dest::Stay; rows];
             }
         };
@@ -103,7 +110,7 @@ impl HandoverBar {
 /// What a one-token hand-over policy reads at the entry model.
 pub trait HandoverSignal: Send {
     /// One signal per `view.items` row, or why there is none this step.
-    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String>;
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, SignalError>;
 }
 
 /// A one-token hand-over policy (R2R, CITER, Co-LLM): at the entry model a
@@ -156,6 +163,10 @@ impl<S: HandoverSignal> RoutingPolicy for HandoverPolicy<S> {
 
     fn knob(&self) -> Option<ThresholdKnob> {
         self.entry.as_ref().map(|(_, bar)| bar.knob())
+    }
+
+    fn signal_health(&self) -> Option<SignalHealth> {
+        self.entry.as_ref().map(|(_, bar)| bar.health())
     }
 }
 

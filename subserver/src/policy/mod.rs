@@ -14,7 +14,8 @@ pub mod r2r;
 pub mod random;
 pub mod router;
 pub mod rstitch;
-pub mod signal_health;
+/// Per-step signal failures (they live with the routing seam, which reports them).
+pub use crate::routing::signal_health;
 pub mod signals;
 pub mod single;
 pub mod step_delimiter;
@@ -180,15 +181,25 @@ impl PolicyEnv {
     }
 }
 
-/// Reads an optional f64 kwarg.
-pub fn kwarg_f64(kwargs: &serde_json::Value, key: &str) -> Result<Option<f64>, PolicyError> {
+/// Reads an optional kwarg with `read`; `expected` names the type in the error.
+fn kwarg<T>(
+    kwargs: &serde_json::Value,
+    key: &str,
+    expected: &str,
+    read: impl Fn(&serde_json::Value) -> Option<T>,
+) -> Result<Option<T>, PolicyError> {
     match kwargs.get(key) {
         None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => v.as_f64().map(Some).ok_or_else(|| PolicyError::BadKwarg {
+        Some(v) => read(v).map(Some).ok_or_else(|| PolicyError::BadKwarg {
             key: key.into(),
-            reason: format!("expected a number, got {v}"),
+            reason: format!("expected {expected}, got {v}"),
         }),
     }
+}
+
+/// Reads an optional f64 kwarg.
+pub fn kwarg_f64(kwargs: &serde_json::Value, key: &str) -> Result<Option<f64>, PolicyError> {
+    kwarg(kwargs, key, "a number", serde_json::Value::as_f64)
 }
 
 /// Reads an optional `key` in [0, 1] (a probability or a normalized
@@ -210,13 +221,17 @@ pub fn kwarg_unit(
 
 /// Reads an optional u64 kwarg.
 pub fn kwarg_u64(kwargs: &serde_json::Value, key: &str) -> Result<Option<u64>, PolicyError> {
-    match kwargs.get(key) {
-        None | Some(serde_json::Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| PolicyError::BadKwarg {
-            key: key.into(),
-            reason: format!("expected a non-negative integer, got {v}"),
-        }),
-    }
+    kwarg(
+        kwargs,
+        key,
+        "a non-negative integer",
+        serde_json::Value::as_u64,
+    )
+}
+
+/// Reads an optional boolean kwarg.
+pub fn kwarg_bool(kwargs: &serde_json::Value, key: &str) -> Result<Option<bool>, PolicyError> {
+    kwarg(kwargs, key, "true or false", serde_json::Value::as_bool)
 }
 
 /// Builds the policy instance for one model of a group, with a default

@@ -12,6 +12,7 @@ use crate::policy::handover::{
 };
 use crate::policy::router::r2r_net::R2rNet;
 use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::routing::signal_health::SignalError;
 use crate::routing::StepView;
 
 /// `scheduler_kwargs`: `router_path` (required; the official layout's
@@ -116,18 +117,20 @@ fn check_fits(net: &R2rNet, facts: Option<ModelFacts>) -> Result<(), PolicyError
 
 impl HandoverSignal for R2rNet {
     /// The router's probability that each row's token diverges.
-    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, String> {
+    fn signals(&self, view: &StepView<'_>) -> Result<Vec<f32>, SignalError> {
         let (Some(logits), Some(hidden), Some(emb)) = (view.logits, view.hidden, view.embeddings)
         else {
-            return Err("the backend gives no logits, hidden states or embeddings".into());
+            return Err(SignalError::missing(
+                "the backend gives no logits, hidden states or embeddings",
+            ));
         };
         let (h, e) = (hidden.size()[1], emb.size()[1]);
         if h != self.hidden_size() || e != self.embed_size() {
-            return Err(format!(
+            return Err(SignalError::shape(format!(
                 "the router reads hidden {} / embedding {} wide, the model has {h} / {e}",
                 self.hidden_size(),
                 self.embed_size()
-            ));
+            )));
         }
         let run = || -> Result<Vec<f32>, tch::TchError> {
             let ids: Vec<i64> = view.items.iter().map(|i| i.token as i64).collect();
@@ -136,7 +139,7 @@ impl HandoverSignal for R2rNet {
             let p = self.forward(hidden, &token_emb, logits)?;
             Vec::<f32>::try_from(&p.f_to_device(tch::Device::Cpu)?)
         };
-        run().map_err(|e| e.to_string())
+        run().map_err(SignalError::compute)
     }
 }
 

@@ -7,7 +7,7 @@
 //! confident token. Each model keeps its own KV.
 
 use crate::peer::message::ModelIdx;
-use crate::policy::signal_health::SignalHealth;
+use crate::policy::signal_health::{SignalError, SignalHealth};
 use crate::policy::{
     kwarg_unit, LiveThreshold, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
@@ -77,11 +77,12 @@ impl RoutingPolicy for RStitchPolicy {
             // Start-up refuses a backend without logits; a failed reduction
             // is counted and logged, and the current writer keeps the pen.
             Some(Err(e)) => {
-                self.health.failed(&e.to_string());
+                self.health.failed(&SignalError::compute(e));
                 return vec![Dest::Stay; view.items.len()];
             }
             None => {
-                self.health.failed("the backend gave no logits");
+                self.health
+                    .failed(&SignalError::missing("the backend gave no logits"));
                 return vec![Dest::Stay; view.items.len()];
             }
         };
@@ -111,6 +112,10 @@ impl RoutingPolicy for RStitchPolicy {
             self.threshold.clone(),
             ShareDirection::FallsWithThreshold,
         ))
+    }
+
+    fn signal_health(&self) -> Option<SignalHealth> {
+        Some(self.health.clone())
     }
 }
 

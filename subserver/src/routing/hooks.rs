@@ -6,6 +6,7 @@ use tch::Tensor;
 
 use crate::peer::message::{ModelIdx, Rid};
 
+use super::signal_health::SignalHealth;
 use super::ThresholdKnob;
 
 /// Where the next token of a request is written.
@@ -99,6 +100,11 @@ pub trait RoutingPolicy: Send {
     }
     /// The threshold `target_large_share` may steer (none by default).
     fn knob(&self) -> Option<ThresholdKnob> {
+        None
+    }
+    /// The policy's per-step signal failure counts, for the scheduler to
+    /// export (none for policies that read no signal).
+    fn signal_health(&self) -> Option<SignalHealth> {
         None
     }
 }

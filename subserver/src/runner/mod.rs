@@ -2,7 +2,8 @@
 //! KV cache it owns. The scheduler sees only this trait, so a simulated
 //! backend can stand in for libtorch.
 
-pub mod layout;
+/// The ragged-batch layout lives with the decoder that reads it.
+pub use crate::model::layout;
 pub mod memory;
 pub mod sim;
 pub mod tch_runner;

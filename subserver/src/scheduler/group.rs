@@ -267,6 +267,23 @@ impl Group {
         }
     }
 
+    /// Runs model `m`'s internal invariant check on its scheduler thread
+    /// (between steps): the KV pool's own consistency, and the request
+    /// table and the KV bookkeeping agreeing on who holds blocks. `Err`
+    /// names the first broken invariant, or says the scheduler did not
+    /// answer within `timeout`.
+    pub fn check_invariants(&self, m: ModelIdx, timeout: Duration) -> Result<(), String> {
+        let tx = self
+            .inboxes
+            .get(m as usize)
+            .ok_or_else(|| format!("no model {m}"))?;
+        let (reply, rx) = std::sync::mpsc::channel();
+        tx.send(Inbound::CheckInvariants(reply))
+            .map_err(|_| format!("model {m}: scheduler gone"))?;
+        rx.recv_timeout(timeout)
+            .map_err(|e| format!("model {m}: no answer to the invariant check ({e})"))?
+    }
+
     /// Counters of model `m`.
     pub fn stats(&self, m: ModelIdx) -> StatsSnapshot {
         self.stats

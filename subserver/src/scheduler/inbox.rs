@@ -22,6 +22,9 @@ pub enum Inbound {
     Nudge,
     /// Fail what is left and exit.
     Shutdown,
+    /// Check the request table against the KV bookkeeping and reply with
+    /// the first broken invariant (soak runs and tests; O(pool)).
+    CheckInvariants(mpsc::Sender<Result<(), String>>),
 }
 
 /// Sending side of a scheduler's inbox.

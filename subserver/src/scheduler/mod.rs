@@ -16,4 +16,6 @@ pub mod shared;
 pub mod stats;
 
 #[cfg(test)]
+mod signal_tests;
+#[cfg(test)]
 mod tests;

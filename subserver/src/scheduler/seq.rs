@@ -58,6 +58,8 @@ pub struct HomeState {
     pub cached_prompt: usize,
     /// Peers that failed this request (fallback keeps the pen at home).
     pub failed_peers: Vec<bool>,
+    /// Peer failures this request survived by continuing at home.
+    pub peer_fallbacks: usize,
     /// The model that writes every token (query-level), when pinned.
     pub pinned_to: Option<ModelIdx>,
     /// Entropies over the prompt (when the policy asks for them).

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::metrics::{ModelMetrics, SubserverMetrics};
 use crate::peer::message::ModelIdx;
+use crate::routing::signal_health::SignalFailure;
 use crate::scheduler::policy::Dest;
 
 /// A snapshot of one scheduler's counters.
@@ -63,6 +64,14 @@ pub struct StatsSnapshot {
     pub routing_threshold: Option<f64>,
     /// Peer messages sent and received.
     pub messages: u64,
+    /// Hand-overs this home passed from one guest straight to another (the
+    /// guest drew the next writer; no step here).
+    pub passed_on: u64,
+    /// Steps whose routing signal failed here, by reason (`missing_input`,
+    /// `shape`, `compute`).
+    pub signal_failures: [u64; 3],
+    /// Requests at this home that continued here after a peer failed, by peer.
+    pub peer_fallbacks: Vec<u64>,
 }
 
 /// Prometheus handles of the group's models, indexed by model.
@@ -85,6 +94,7 @@ impl SchedulerStats {
             transitions: vec![vec![0; num_models]; num_models],
             decisions: vec![0; num_models],
             credited: vec![0; num_models],
+            peer_fallbacks: vec![0; num_models],
             ..StatsSnapshot::default()
         };
         Self {
@@ -187,6 +197,40 @@ impl SchedulerStats {
         });
         if let (Some(m), Some(t)) = (self.metrics(), self.metrics_of(to)) {
             m.add_decision(t.model(), u64::from(credited));
+        }
+    }
+
+    pub(crate) fn count_pass_on(&self) {
+        self.with(|s| s.passed_on += 1);
+    }
+
+    /// Adds `counts` (by reason, in `SignalFailure::ALL` order) failed
+    /// signal steps of `policy` on this model.
+    pub(crate) fn count_signal_failures(&self, policy: &str, counts: [u64; 3]) {
+        self.with(|s| {
+            for (total, n) in s.signal_failures.iter_mut().zip(counts) {
+                *total += n;
+            }
+        });
+        if let Some(m) = self.metrics() {
+            for (kind, n) in SignalFailure::ALL.iter().zip(counts) {
+                if n > 0 {
+                    m.shared()
+                        .add_signal_failures(m.model(), policy, kind.label(), n);
+                }
+            }
+        }
+    }
+
+    /// One request at this home continued here after `peer` failed.
+    pub(crate) fn count_peer_fallback(&self, peer: ModelIdx) {
+        self.with(|s| {
+            if let Some(c) = s.peer_fallbacks.get_mut(peer as usize) {
+                *c += 1;
+            }
+        });
+        if let (Some(m), Some(p)) = (self.metrics(), self.metrics_of(peer)) {
+            m.shared().add_peer_fallback(m.model(), p.model());
         }
     }
 

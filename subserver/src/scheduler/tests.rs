@@ -138,6 +138,9 @@ fn assert_kv_returned(g: &Group) {
             s.kv_requests == 0 && s.kv_available_blocks == s.kv_blocks && s.kv_blocks > 0
         });
         if ok {
+            for m in 0..2 {
+                g.check_invariants(m, HANG).unwrap();
+            }
             return;
         }
         assert!(
@@ -381,6 +384,9 @@ fn a_gone_peer_fails_or_falls_back() {
     let usage = out.unwrap();
     assert_eq!(toks.len(), 50);
     assert_eq!(usage.tokens_by_model, vec![50, 0]);
+    // Marked: once in the request's usage, once in the home's counters.
+    assert_eq!(usage.peer_fallbacks, 1);
+    assert_eq!(g.stats(0).peer_fallbacks, vec![0, 1]);
 }
 
 #[test]

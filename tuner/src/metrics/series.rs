@@ -77,6 +77,28 @@ impl MetricSeries {
         }
     }
 
+    /// Adds up the series of separate processes (e.g. the same model's pods in several
+    /// groups): counters and histogram parts are summed, a gauge keeps its largest value.
+    /// Unlike [`Self::from_texts`], which takes one copy of a series several scrapes expose,
+    /// this is for parts that count disjoint events.
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a MetricSeries>) -> MetricSeries {
+        let mut out = MetricSeries::default();
+        for part in parts {
+            for key in &part.order {
+                let value = part.values[key];
+                match out.values.get_mut(key) {
+                    Some(v) if is_cumulative(&key.0) => *v += value,
+                    Some(v) => *v = v.max(value),
+                    None => {
+                        out.order.push(key.clone());
+                        out.values.insert(key.clone(), value);
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The series of metric `name`: (sorted labels, value), in order of first appearance.
     pub fn named<'a>(
         &'a self,
@@ -135,6 +157,18 @@ mod tests {
         assert_eq!(label(c[0].0, "to"), Some("x"));
         assert_eq!(c[0].1, 5.0);
         assert_eq!(s.named("g").next().unwrap().1, 4.0);
+    }
+
+    #[test]
+    fn sum_adds_counters_and_keeps_the_largest_gauge() {
+        let a = MetricSeries::from_texts(&[text("a", "c_total{m=\"x\"} 3\ng 1\n")]).unwrap();
+        let b =
+            MetricSeries::from_texts(&[text("b", "c_total{m=\"x\"} 5\ng 4\nd_total 2\n")]).unwrap();
+        let s = MetricSeries::sum([&a, &b]);
+        let v = |name| s.named(name).next().unwrap().1;
+        assert_eq!(v("c_total"), 8.0);
+        assert_eq!(v("g"), 4.0);
+        assert_eq!(v("d_total"), 2.0);
     }
 
     #[test]

@@ -63,6 +63,7 @@ fn msg(from: ModelIdx, to: ModelIdx, i: u64) -> PeerMsg {
             n_active: (i % 11) as u32,
             meta: None,
             logprobs: vec![],
+            next: None,
         }),
         1 => PeerMsg::Release {
             rid: i,
@@ -227,6 +228,7 @@ fn a_slow_peer_never_blocks_send() {
             n_active: 1,
             meta: None,
             logprobs: vec![],
+            next: None,
         })
     };
     let a = Arc::new(a);

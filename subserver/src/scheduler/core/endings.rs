@@ -63,6 +63,7 @@ impl<R: ModelRunner> Scheduler<R> {
                 tokens_by_model: hs.tokens_by_model.clone(),
                 switches: hs.switches,
                 cached_prompt_tokens: hs.cached_prompt,
+                peer_fallbacks: hs.peer_fallbacks,
             };
             let _ = hs.sink.send(StreamEvent::Finished {
                 reason,

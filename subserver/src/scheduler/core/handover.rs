@@ -81,7 +81,9 @@ impl<R: ModelRunner> Scheduler<R> {
                     sampler: Sampler::new(&meta.sampling, meta.seed),
                     budget: req.budget as usize,
                     written_this_turn: 0,
-                    seed: meta.seed,
+                    // Policies draw from the request's own stream at every
+                    // model (the sampler above has its derived seed).
+                    seed: meta.route_seed,
                     logprobs: meta.sampling.logprobs,
                     turn_logprobs: Vec::new(),
                     pinned: meta.pinned,
@@ -149,8 +151,35 @@ impl<R: ModelRunner> Scheduler<R> {
         if let Some(hs) = self.seqs.get_mut(&rid).and_then(|s| s.home_state.as_mut()) {
             hs.peer_holds[from as usize] = req.loc as usize + accepted;
         }
-        let budget = self.seqs.get(&rid).map(|s| s.budget).unwrap_or(0);
-        self.give_pen(rid, budget);
+        match req
+            .next
+            .filter(|&to| accepted == req.tokens.len() && self.may_pass_to(rid, to))
+        {
+            Some(to) => {
+                // The guest drew the next writer: pass the pen on now. This
+                // model computes nothing; it stays pending with its KV and
+                // catches up on the skipped tokens when it next writes.
+                self.stats.count_pass_on();
+                self.send_to_peer(rid, to);
+            }
+            None => {
+                let budget = self.seqs.get(&rid).map(|s| s.budget).unwrap_or(0);
+                self.give_pen(rid, budget);
+            }
+        }
+    }
+
+    /// Whether the home may hand `rid` to `to` on a guest's word: another
+    /// model of the group that has not failed this request, and the request
+    /// is not pinned.
+    fn may_pass_to(&self, rid: Rid, to: ModelIdx) -> bool {
+        let Some(hs) = self.seqs.get(&rid).and_then(|s| s.home_state.as_ref()) else {
+            return false;
+        };
+        (to as usize) < self.num_models()
+            && to != self.me()
+            && !hs.failed_peers[to as usize]
+            && hs.pinned_to.is_none()
     }
 
     /// A pinned guest's tokens, streamed while it keeps the pen.
@@ -229,7 +258,9 @@ impl<R: ModelRunner> Scheduler<R> {
             if let Some(hs) = self.seqs.get_mut(&rid).and_then(|s| s.home_state.as_mut()) {
                 hs.peer_holds[from as usize] = 0;
                 hs.failed_peers[from as usize] = true;
+                hs.peer_fallbacks += 1;
             }
+            self.stats.count_peer_fallback(from);
             let budget = self.seqs.get(&rid).map(|s| s.budget).unwrap_or(0);
             self.give_pen(rid, budget);
         } else {
@@ -354,6 +385,7 @@ impl<R: ModelRunner> Scheduler<R> {
             sampling: hs.params.clone(),
             seed: derive_seed(seq.seed, to),
             pinned: hs.pinned_to == Some(to),
+            route_seed: seq.seed,
         });
         seq.state = SeqState::Pending {
             at: to,
@@ -370,14 +402,17 @@ impl<R: ModelRunner> Scheduler<R> {
             n_active,
             meta,
             logprobs: Vec::new(),
+            next: None,
         });
         if !self.peers.is_up(to) || !self.send(to, msg) {
             self.on_peer_failed(rid, to, format!("model {to} is unreachable"));
         }
     }
 
-    /// Guest → home: the tokens written this turn.
-    pub(super) fn return_to_home(&mut self, rid: Rid) {
+    /// Guest → home: the tokens written this turn, and the model the guest
+    /// drew to write next when that is not the home (the home passes the
+    /// pen on without a step).
+    pub(super) fn return_to_home(&mut self, rid: Rid, next: Option<ModelIdx>) {
         let n_active = self.n_active() as u32;
         let me = self.me();
         let Some(seq) = self.seqs.get_mut(&rid) else {
@@ -402,6 +437,7 @@ impl<R: ModelRunner> Scheduler<R> {
             n_active,
             meta: None,
             logprobs,
+            next: next.filter(|&m| m != home),
         });
         if !self.send(home, msg) {
             // The home is gone: nobody will ask for this request again.

@@ -87,6 +87,7 @@ impl<R: ModelRunner> Scheduler<R> {
             peer_holds: vec![0; self.num_models()],
             cached_prompt: 0,
             failed_peers: vec![false; self.num_models()],
+            peer_fallbacks: 0,
             pinned_to: req.options.pin,
             prompt_entropy: PromptEntropy::default(),
             first_routed: false,

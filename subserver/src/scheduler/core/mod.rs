@@ -14,6 +14,7 @@
 mod endings;
 mod handover;
 mod intake;
+mod invariants;
 mod planning;
 mod stepping;
 
@@ -26,6 +27,7 @@ use tracing::warn;
 use crate::engine::EngineLimits;
 use crate::peer::message::{ModelIdx, PeerMsg, Rid};
 use crate::peer::transport::PeerSender;
+use crate::routing::signal_health::SignalHealth;
 use crate::routing::RoutingPolicy;
 use crate::runner::ModelRunner;
 use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInputs};
@@ -85,6 +87,8 @@ pub struct Scheduler<R: ModelRunner> {
     home_active: usize,
     shutting_down: bool,
     share: Option<ShareController>,
+    /// The policy's signal failure counts, and how many were exported.
+    signal_health: Option<(SignalHealth, [u64; 3])>,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -104,7 +108,9 @@ impl<R: ModelRunner> Scheduler<R> {
             .target_large_share
             .zip(policy.knob())
             .map(|(target, knob)| ShareController::new(target, knob, cfg.model));
+        let signal_health = policy.signal_health().map(|h| (h, [0; 3]));
         Self {
+            signal_health,
             cfg,
             runner,
             policy,
@@ -138,6 +144,19 @@ impl<R: ModelRunner> Scheduler<R> {
             // message was for a request that already ended) it is stale.
             None if self.seqs.is_empty() => self.home_active,
             None => self.home_active.max(self.reported_active),
+        }
+    }
+
+    /// Exports the signal failures the policy counted since the last call.
+    fn report_signal_failures(&mut self) {
+        let Some((health, reported)) = self.signal_health.as_mut() else {
+            return;
+        };
+        let now = health.counts();
+        if now != *reported {
+            let delta = std::array::from_fn(|i| now[i].saturating_sub(reported[i]));
+            *reported = now;
+            self.stats.count_signal_failures(health.policy(), delta);
         }
     }
 
@@ -283,6 +302,9 @@ impl<R: ModelRunner> Scheduler<R> {
             }
             Inbound::Nudge => {}
             Inbound::Shutdown => self.shutting_down = true,
+            Inbound::CheckInvariants(reply) => {
+                let _ = reply.send(self.check_invariants());
+            }
         }
     }
 }

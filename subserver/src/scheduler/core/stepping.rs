@@ -186,6 +186,7 @@ impl<R: ModelRunner> Scheduler<R> {
             embeddings: self.runner.embeddings(),
         };
         let dests = self.policy.route(&view);
+        self.report_signal_failures();
         for ((i, item), lp) in route_items.iter().enumerate().zip(route_logprobs) {
             let dest = dests.get(i).copied().unwrap_or(Dest::Stay);
             self.apply(item, dest, lp);
@@ -242,8 +243,10 @@ impl<R: ModelRunner> Scheduler<R> {
             let out_of_budget = written + 1 >= seq.budget;
             let eos = eos && !pinned;
             dest = match dest {
-                Dest::Peer { keep_token, .. } => Dest::Peer {
-                    to: home,
+                // The home, or another guest (ME: the pen passes on through
+                // the home without a step there).
+                Dest::Peer { to, keep_token } => Dest::Peer {
+                    to,
                     keep_token: keep_token || written == 0,
                 },
                 Dest::Stay if eos || out_of_budget => Dest::Peer {
@@ -279,7 +282,7 @@ impl<R: ModelRunner> Scheduler<R> {
                 if is_home {
                     self.send_to_peer(rid, to);
                 } else {
-                    self.return_to_home(rid);
+                    self.return_to_home(rid, Some(to));
                 }
             }
         }

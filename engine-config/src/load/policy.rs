@@ -12,9 +12,9 @@
 use serde_yaml::Value;
 
 use super::model::OfficialKeys;
-use crate::config::error::ConfigError;
-use crate::config::policy::{ClassRole, PolicyKind, PolicyName, PolicySpec};
-use crate::config::threshold::{parse_model_list, parse_thresholds, ThresholdTable};
+use crate::error::ConfigError;
+use crate::policy::{ClassRole, PolicyKind, PolicyName, PolicySpec};
+use crate::threshold::{parse_model_list, parse_thresholds, ThresholdTable};
 
 type Kwargs = serde_json::Map<String, serde_json::Value>;
 

@@ -8,15 +8,15 @@ use std::path::Path;
 use serde_yaml::Value;
 
 use super::{positive, resolve_path, Env};
-use crate::config::backend::Backend;
-use crate::config::env_expand::expand_env;
-use crate::config::error::ConfigError;
-use crate::config::hf_cache;
-use crate::config::latency::{LatencyError, LatencyModel};
-use crate::config::model::{ModelSpec, SimModel, DEFAULT_SIM_VOCAB_SIZE};
-use crate::config::placement::{DType, DeviceSpec};
-use crate::config::raw::{RawLatency, RawModel, RawSimModel};
-use crate::config::system::{KvBudget, DEFAULT_MEM_FRACTION_CPU, DEFAULT_MEM_FRACTION_CUDA};
+use crate::backend::Backend;
+use crate::env_expand::expand_env;
+use crate::error::ConfigError;
+use crate::hf_cache;
+use crate::latency::{LatencyError, LatencyModel};
+use crate::model::{ModelSpec, SimModel, DEFAULT_SIM_VOCAB_SIZE};
+use crate::placement::{DType, DeviceSpec};
+use crate::raw::{RawLatency, RawModel, RawSimModel};
+use crate::system::{KvBudget, DEFAULT_MEM_FRACTION_CPU, DEFAULT_MEM_FRACTION_CUDA};
 
 /// Group-level settings a model inherits.
 pub(super) struct ModelDefaults<'a> {

@@ -19,17 +19,17 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 /// Binds `gw` at `host:port`, announces `"{name}: listening on http://ADDR"`
 /// on stdout, serves until a stop signal, then drains in-flight requests.
 pub async fn serve_until_signal(
-    gw: std::sync::Arc<gateway::Gateway>,
+    gw: std::sync::Arc<crate::Gateway>,
     host: &str,
     port: u16,
     name: &str,
 ) -> Result<()> {
-    let server = gateway::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
+    let server = crate::GatewayServer::bind(gw, &format!("{host}:{port}")).await?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{name}: listening on http://{}", server.local_addr())?;
     out.flush()?;
     drop(out);
-    gateway::shutdown::signal().await;
+    crate::shutdown::signal().await;
     server.drain().await;
     Ok(())
 }

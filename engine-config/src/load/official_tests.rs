@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::parse;
-use crate::config::{ConfigError, EngineConfig};
+use crate::{ConfigError, EngineConfig};
 
 const OFFICIAL: &str = r#"model:
   quick:

@@ -123,7 +123,7 @@ impl IncrementalDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::test_assets::qwen3_tokenizer_dir;
+    use crate::test_assets::qwen3_tokenizer_dir;
 
     fn qwen3() -> TextTokenizer {
         TextTokenizer::from_dir(qwen3_tokenizer_dir()).unwrap()

@@ -1,9 +1,9 @@
 use super::*;
-use crate::config::gateway::GatewayConfig;
-use crate::config::latency::LatencyModel;
-use crate::config::model::DEFAULT_SIM_VOCAB_SIZE;
-use crate::config::system::{KvBudget, SystemConfig};
-use crate::config::transport::DEFAULT_PEER_TIMEOUT_MS;
+use crate::gateway::GatewayConfig;
+use crate::latency::LatencyModel;
+use crate::model::DEFAULT_SIM_VOCAB_SIZE;
+use crate::system::{KvBudget, SystemConfig};
+use crate::transport::DEFAULT_PEER_TIMEOUT_MS;
 
 const MINIMAL: &str = "\
 model:

@@ -101,7 +101,7 @@ impl TextTokenizer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::test_assets::qwen3_tokenizer_dir;
+    use crate::test_assets::qwen3_tokenizer_dir;
 
     #[test]
     fn qwen3_round_trips_and_knows_its_special_tokens() {

@@ -10,8 +10,13 @@
 //! reported with their path), then meaning (`load`), which resolves defaults
 //! and cross-field rules into the typed [`EngineConfig`]. Every key is
 //! documented in `docs/config.md`.
+//!
+//! This crate does not link libtorch (the gateway reads the same file);
+//! the `tch` feature adds the conversions to `tch::Device` / `tch::Kind`
+//! the subserver uses. The subserver re-exports it as `subserver::config`.
 
 mod backend;
+mod dtype_bytes;
 mod engine_config;
 mod env_expand;
 mod error;

@@ -1,10 +1,10 @@
-//! `tokenrouter gateway`: the OpenAI gateway alone, in front of remote
-//! groups (entry subservers started with `tokenrouter subserver --admin`).
+//! `tokenrouter gateway` (and the `tokenrouter-gateway` binary, which links
+//! no libtorch): the OpenAI gateway alone, in front of remote groups (entry subservers started with `tokenrouter subserver --admin`).
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use subserver::config::EngineConfig;
+use engine_config::EngineConfig;
 
 /// Arguments of `gateway`.
 #[derive(Debug, clap::Args)]
@@ -25,11 +25,11 @@ pub fn run(args: GatewayArgs) -> Result<()> {
     let cfg = EngineConfig::from_file(&args.config)?;
     let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
     let port = args.port.unwrap_or(cfg.gateway().port);
-    super::listen::block_on(async move {
-        let (gw, discovery) = gateway::app::remote(&cfg)
+    crate::listen::block_on(async move {
+        let (gw, discovery) = crate::app::remote(&cfg)
             .await
             .context("starting the gateway")?;
-        super::listen::serve_until_signal(gw, &host, port, "tokenrouter gateway").await?;
+        crate::listen::serve_until_signal(gw, &host, port, "tokenrouter gateway").await?;
         drop(discovery);
         Ok(())
     })

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 /// `$TOKENROUTER_CACHE`, else the first `.cache/` found walking up from this
 /// crate. Panics (tests only) with the fix when it is missing.
-pub(crate) fn cache_dir() -> PathBuf {
+pub fn cache_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("TOKENROUTER_CACHE") {
         return PathBuf::from(dir);
     }
@@ -22,7 +22,7 @@ pub(crate) fn cache_dir() -> PathBuf {
 }
 
 /// The real Qwen3 tokenizer directory; panics with the fix if absent.
-pub(crate) fn qwen3_tokenizer_dir() -> PathBuf {
+pub fn qwen3_tokenizer_dir() -> PathBuf {
     let dir = cache_dir().join("assets/qwen3-tokenizer");
     assert!(
         dir.join("tokenizer.json").is_file(),

@@ -3,13 +3,13 @@
 use std::path::Path;
 
 use super::{positive, resolve_path, Env};
-use crate::config::env_expand::expand_env;
-use crate::config::error::ConfigError;
-use crate::config::gateway::GatewayConfig;
-use crate::config::raw::{RawGateway, RawSystem, RawTransport};
-use crate::config::system::KvBudget;
-use crate::config::system::SystemConfig;
-use crate::config::transport::{
+use crate::env_expand::expand_env;
+use crate::error::ConfigError;
+use crate::gateway::GatewayConfig;
+use crate::raw::{RawGateway, RawSystem, RawTransport};
+use crate::system::KvBudget;
+use crate::system::SystemConfig;
+use crate::transport::{
     check_address, TcpTransport, TransportConfig, TransportKind, DEFAULT_CONNECT_TIMEOUT_MS,
     DEFAULT_PEER_TIMEOUT_MS,
 };

@@ -1,4 +1,6 @@
-//! Tokenization and chat templates.
+//! Tokenization and chat templates, without libtorch: the gateway renders
+//! and tokenizes at the edge with this crate, and the subserver re-exports
+//! it as `subserver::tokenizer`.
 //!
 //! - [`TextTokenizer`]: a Hugging Face `tokenizer.json` (encode, decode,
 //!   vocabulary look-ups) and, per request, an [`IncrementalDecoder`] that
@@ -15,8 +17,11 @@ mod template_env;
 mod text;
 mod tokenizer_config;
 
-#[cfg(test)]
-pub(crate) mod test_assets;
+/// Test helpers that find the shared test assets; the subserver's tests
+/// use them through the `test-assets` feature.
+#[cfg(any(test, feature = "test-assets"))]
+#[doc(hidden)]
+pub mod test_assets;
 
 pub use chat_template::{ChatMessage, ChatTemplate};
 pub use error::TokenizerError;

@@ -143,7 +143,7 @@ impl ChatTemplate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tokenizer::test_assets::qwen3_tokenizer_dir;
+    use crate::test_assets::qwen3_tokenizer_dir;
     use serde_json::json;
 
     fn kwargs(v: Value) -> Map<String, Value> {

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 
 use super::parse;
-use crate::config::engine_config::EngineConfig;
-use crate::config::error::ConfigError;
+use crate::engine_config::EngineConfig;
+use crate::error::ConfigError;
 
 /// The text of `config/default.yaml`, built into the binary.
-pub const DEFAULT_CONFIG_YAML: &str = include_str!("../../../../config/default.yaml");
+pub const DEFAULT_CONFIG_YAML: &str = include_str!("../../../config/default.yaml");
 
 impl EngineConfig {
     /// Parses YAML text. Relative paths resolve against `base_dir`, and
@@ -72,7 +72,7 @@ fn embedded_default_in(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{
+    use crate::{
         Backend, DeviceSpec, ExecutionMode, LatencyModel, PolicyName, TcpTransport, TransportConfig,
     };
 
