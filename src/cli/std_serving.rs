@@ -107,7 +107,7 @@ fn serve(
     )]);
     let host = host.unwrap_or_else(|| cfg.gateway().host.clone());
     let port = port.unwrap_or(cfg.gateway().port);
-    super::listen::block_on(super::listen::serve_until_signal(
+    gateway::listen::block_on(gateway::listen::serve_until_signal(
         std::sync::Arc::new(gw),
         &host,
         port,

@@ -58,6 +58,7 @@ impl Job {
             tokens_by_model: vec![0; n_models],
             switches: 0,
             cached_prompt_tokens: 0,
+            peer_fallbacks: 0,
         };
         let mut last_writer = None;
         let mut finish = None;
