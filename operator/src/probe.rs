@@ -153,7 +153,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            ready_endpoints(&[slice.clone()], "http"),
+            ready_endpoints(std::slice::from_ref(&slice), "http"),
             [
                 "http://10.0.0.1:8000",
                 "http://10.0.0.3:8000",
