@@ -127,12 +127,8 @@ async fn decide_groups(
     if !auto.enabled {
         return (trd.spec.groups.max(0), None, None);
     }
-    let pods = Api::namespaced(ctx.client.clone(), ns);
-    let selector = names::serving_pods_selector(trd, build::gateway::COMPONENT);
-    let load = ctx
-        .probe
-        .gateway_load(&pods, &selector, trd.spec.gateway.port)
-        .await;
+    let slices = Api::namespaced(ctx.client.clone(), ns);
+    let load = ctx.probe.gateway_load(&slices, &names::gateway(trd)).await;
     let now = ctx.started.elapsed().as_secs_f64();
     let base = current.unwrap_or(auto.min_groups);
     let decision = ctx.remember(&key(trd), |m| {

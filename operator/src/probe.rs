@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use tuner::metrics::parse_exposition;
 
@@ -58,28 +58,23 @@ impl HttpProbe {
         resp.text().await.ok()
     }
 
-    /// Running + waiting requests over every ready gateway pod, or `None`
-    /// when there is no ready pod or one of them does not answer (the
-    /// autoscaler then holds the count rather than act on half the load).
-    pub async fn gateway_load(&self, pods: &Api<Pod>, selector: &str, port: i32) -> Option<u64> {
-        let list = pods
-            .list(&ListParams::default().labels(selector))
+    /// Running + waiting requests over every ready gateway endpoint (from
+    /// the gateway Service's EndpointSlices, as the endpoints controller
+    /// publishes them), or `None` when there is no ready endpoint or one of
+    /// them does not answer (the autoscaler then holds the count rather than
+    /// act on half the load).
+    pub async fn gateway_load(&self, slices: &Api<EndpointSlice>, service: &str) -> Option<u64> {
+        let list = slices
+            .list(&ListParams::default().labels(&format!("{SERVICE_NAME_LABEL}={service}")))
             .await
             .ok()?;
-        let ips: Vec<String> = list
-            .items
-            .iter()
-            .filter(|p| is_ready(p))
-            .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
-            .collect();
-        if ips.is_empty() {
+        let urls = ready_endpoints(&list.items, "http");
+        if urls.is_empty() {
             return None;
         }
         let mut total = 0.0;
-        for ip in ips {
-            let text = self
-                .get(&format!("http://{ip}:{port}/metrics"), None)
-                .await?;
+        for base in urls {
+            let text = self.get(&format!("{base}/metrics"), None).await?;
             total += sum_metrics(&text, &LOAD_METRICS)?;
         }
         Some(total.max(0.0).round() as u64)
@@ -93,11 +88,39 @@ impl HttpProbe {
     }
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The label the endpoints controller puts on a Service's EndpointSlices.
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// `http://ADDRESS:PORT` of every ready endpoint in `slices`, PORT being the
+/// slice's port named `port_name` (IPv6 addresses bracketed). An endpoint
+/// without a `ready` condition counts as ready, as the API documents.
+pub fn ready_endpoints(slices: &[EndpointSlice], port_name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for slice in slices {
+        let Some(port) = slice
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(port_name))
+            .and_then(|p| p.port)
+        else {
+            continue;
+        };
+        for ep in slice.endpoints.iter().flatten() {
+            if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                continue;
+            }
+            for addr in ep.addresses.iter().take(1) {
+                let host = if addr.contains(':') {
+                    format!("[{addr}]")
+                } else {
+                    addr.clone()
+                };
+                out.push(format!("http://{host}:{port}"));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -113,5 +136,30 @@ mod tests {
         assert_eq!(sum_metrics(text, &LOAD_METRICS), Some(7.0));
         assert_eq!(sum_metrics("other 1\n", &LOAD_METRICS), None);
         assert_eq!(sum_metrics("not metrics at all {", &LOAD_METRICS), None);
+    }
+
+    #[test]
+    fn ready_endpoints_take_the_named_port_and_skip_unready_ones() {
+        let slice: EndpointSlice = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gw-abc", "labels": {SERVICE_NAME_LABEL: "gw"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "metrics", "port": 9000}, {"name": "http", "port": 8000}],
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "conditions": {"ready": true}},
+                {"addresses": ["10.0.0.2"], "conditions": {"ready": false}},
+                {"addresses": ["10.0.0.3"]},
+                {"addresses": ["fd00::4"], "conditions": {"ready": true}}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(
+            ready_endpoints(std::slice::from_ref(&slice), "http"),
+            [
+                "http://10.0.0.1:8000",
+                "http://10.0.0.3:8000",
+                "http://[fd00::4]:8000"
+            ]
+        );
+        assert!(ready_endpoints(&[slice], "admin").is_empty());
     }
 }

@@ -1,8 +1,11 @@
 //! The operator against a real API server (the k8s test kit, or any cluster
 //! in `KUBECONFIG`): missing Secrets and PVCs become `Degraded` conditions
-//! and Events that clear when the objects appear, and an edit rolls the
+//! and Events that clear when the objects appear, an edit rolls the
 //! serving StatefulSets group by group (the test plays the StatefulSet
-//! controller by writing their `status`).
+//! controller by writing their `status`), and the autoscaler follows the load
+//! it reads from the gateway Service's EndpointSlice (the test plays the
+//! endpoints controller; the `/metrics` behind it is served by the test, not
+//! by a real gateway process).
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod k8s_support;
@@ -235,4 +238,74 @@ async fn an_edit_rolls_every_model_of_one_group_at_a_time() {
         (ready.status == "True").then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn autoscaler_reads_the_gateway_through_its_endpointslice() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use warp::Filter;
+
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let ns = namespace(&client, "trd-auto").await;
+    // The gateway's exposition, vLLM's names; the load is running + waiting.
+    let load = Arc::new(AtomicU64::new(0));
+    let served = load.clone();
+    let metrics = warp::path!("metrics").map(move || {
+        let total = served.load(Ordering::SeqCst);
+        format!(
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name=\"m\"}} {}\n\
+             # TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{model_name=\"m\"}} {}\n",
+            total / 2,
+            total - total / 2
+        )
+    });
+    let (addr, server) = warp::serve(metrics).bind_ephemeral(([127, 0, 0, 1], 0));
+    let server = tokio::spawn(server);
+
+    let _operator = Operator::start(&client, &ns);
+    let mut value = serde_json::to_value(sim_resource("auto", 1)).unwrap();
+    value["spec"]["autoscaling"] = json!({"enabled": true, "minGroups": 1, "maxGroups": 4,
+        "targetConcurrencyPerGroup": 2, "scaleDownStabilizationSeconds": 0});
+    let trd: crds::TokenRouterDeployment = serde_json::from_value(value).unwrap();
+    let api = trds(&client, &ns);
+    api.create(&PostParams::default(), &trd).await.unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let replicas = |want: i32| {
+        let sets = sets.clone();
+        async move {
+            wait_for(&format!("{want} groups"), || async {
+                let a = sets.get("auto-small").await.ok()?.spec?.replicas?;
+                let b = sets.get("auto-big").await.ok()?.spec?.replicas?;
+                (a == want && b == want).then_some(())
+            })
+            .await
+        }
+    };
+    // No endpoints yet: metrics missing, the count holds at minGroups.
+    replicas(1).await;
+
+    // The endpoints controller's part: one ready gateway endpoint.
+    load.store(7, Ordering::SeqCst);
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), &ns);
+    let slice = serde_json::from_value(json!({
+        "metadata": {"name": "auto-gateway-x1", "labels": {"kubernetes.io/service-name": "auto-gateway"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": addr.port(), "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}]
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    // ceil(7 / 2) = 4 groups, every model together.
+    replicas(4).await;
+    wait_for("observedConcurrency 7", || async {
+        (api.get("auto").await.ok()?.status?.observed_concurrency? == 7).then_some(())
+    })
+    .await;
+    // Load falls: ceil(3 / 2) = 2 (no drain wait configured in the tests).
+    load.store(3, Ordering::SeqCst);
+    replicas(2).await;
+    server.abort();
 }

@@ -134,6 +134,7 @@ impl Operator {
             },
             // Missing Secrets/PVCs are rechecked on this period.
             recheck_period: Duration::from_secs(1),
+            autoscale_period: Duration::from_secs(1),
             ..operator::Settings::default()
         };
         let ctx = Arc::new(operator::Context::new(client.clone(), metrics, settings));

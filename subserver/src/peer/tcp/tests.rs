@@ -155,7 +155,8 @@ fn queued_messages_wait_for_a_late_peer() {
     let addrs = vec![free_addr(), free_addr()];
     let (da, _ra) = collector();
     let a = TcpTransport::start(0, addrs.clone(), da, opts()).unwrap();
-    assert!(a.is_up(1), "up until a connect has failed");
+    // Whether the first connect has failed yet is a race (a loaded machine
+    // may fail it before we look), so only the outcome is checked.
     for i in 0..100 {
         a.send(1, msg(0, 1, i)).unwrap();
     }
