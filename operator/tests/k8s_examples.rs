@@ -1,0 +1,172 @@
+//! The shipped examples (`examples/k8s/*.yaml`) against a real API server:
+//! each is accepted by the CRD's schema and CEL rules, the operator turns it
+//! into StatefulSets (MPS env, node pool and SM shares where the example asks
+//! for them), and everything it creates passes `kubernetes-validate --strict`.
+#![allow(clippy::unwrap_used)]
+
+mod k8s_support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crds::TokenRouterDeployment;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Secret};
+use k8s_openapi::ByteString;
+use k8s_support::{client, install_crd, kubernetes_validate, namespace, trds, wait_for, Operator};
+use kube::api::{Api, PostParams};
+use kube::Client;
+
+/// Reads one example; its PVC and Secret names are what the test creates.
+fn example(file: &str) -> TokenRouterDeployment {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/k8s")
+        .join(file);
+    serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Creates what the example refers to (its PVCs and the API-key Secret), as
+/// a user would before applying it: the operator refuses missing ones.
+async fn create_references(client: &Client, ns: &str, trd: &TokenRouterDeployment) {
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    let claims: std::collections::BTreeSet<String> = trd
+        .spec
+        .models
+        .iter()
+        .filter_map(|m| m.source.pvc.as_ref().map(|p| p.claim_name.clone()))
+        .collect();
+    for claim in claims {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": claim},
+            "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "100Gi"}}}
+        }))
+        .unwrap();
+        pvcs.create(&PostParams::default(), &pvc).await.unwrap();
+    }
+    if let Some(r) = trd.spec.gateway.api_key_secret_ref.as_ref() {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(r.name.clone()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                r.key.clone().unwrap_or_else(|| "api-keys".into()),
+                ByteString(b"sk-example-1".to_vec()),
+            )])),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+}
+
+fn env_of(c: &Container, name: &str) -> Option<String> {
+    c.env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+/// Applies the example and returns its StatefulSets once every model has one.
+async fn apply(client: &Client, prefix: &str, file: &str) -> (String, Vec<StatefulSet>) {
+    let trd = example(file);
+    let ns = namespace(client, prefix).await;
+    create_references(client, &ns, &trd).await;
+    let _operator = Operator::start(client, &ns);
+    trds(client, &ns)
+        .create(&PostParams::default(), &trd)
+        .await
+        .unwrap_or_else(|e| panic!("{file} rejected by the API server: {e}"));
+    let name = trd.metadata.name.clone().unwrap();
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let models: Vec<String> = trd.spec.models.iter().map(|m| m.name.clone()).collect();
+    let found = wait_for(&format!("{file}: a StatefulSet per model"), || async {
+        let mut out = Vec::new();
+        for m in &models {
+            out.push(sets.get_opt(&format!("{name}-{m}")).await.ok()??);
+        }
+        Some(out)
+    })
+    .await;
+    (ns, found)
+}
+
+/// The StatefulSets as `kubernetes-validate` reads them (no server fields).
+fn validate(file: &str, sets: &[StatefulSet]) {
+    let mut docs = String::new();
+    for s in sets {
+        let mut s = s.clone();
+        s.status = None;
+        s.metadata = kube::api::ObjectMeta {
+            name: s.metadata.name.clone(),
+            namespace: s.metadata.namespace.clone(),
+            labels: s.metadata.labels.clone(),
+            annotations: s.metadata.annotations.clone(),
+            ..Default::default()
+        };
+        docs.push_str(&format!("---\n{}", serde_yaml::to_string(&s).unwrap()));
+    }
+    if let Err(e) = kubernetes_validate(&docs) {
+        panic!("{file}: kubernetes-validate --strict rejected the StatefulSets:\n{e}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mps_example_gives_each_model_its_sm_share_on_the_mps_pool() {
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let file = "r2r-qwen3-0.6b-32b.yaml";
+    let (_ns, sets) = apply(&client, "ex-mps", file).await;
+    let want = BTreeMap::from([("quick", "30"), ("reference", "70")]);
+    for set in &sets {
+        let name = set.metadata.name.clone().unwrap();
+        let model = name.rsplit('-').next().unwrap();
+        let pod = set.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let main = pod
+            .containers
+            .iter()
+            .find(|c| env_of(c, "CUDA_MPS_PIPE_DIRECTORY").is_some())
+            .unwrap_or_else(|| panic!("{name}: no container has CUDA_MPS_PIPE_DIRECTORY"));
+        assert_eq!(
+            env_of(main, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").as_deref(),
+            Some(want[model]),
+            "{name}: SM share"
+        );
+        assert!(env_of(main, "CUDA_MPS_LOG_DIRECTORY").is_some());
+        let selector = pod.node_selector.as_ref().expect("node selector");
+        assert_eq!(
+            selector.get("nvidia.com/mps.capable").map(String::as_str),
+            Some("true")
+        );
+        let tolerations = pod.tolerations.as_ref().expect("tolerations");
+        assert!(tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("nvidia.com/gpu")));
+        // The pipe directory is a volume both pods of a group share.
+        let pipe = env_of(main, "CUDA_MPS_PIPE_DIRECTORY").unwrap();
+        let mounts = main.volume_mounts.as_ref().expect("volume mounts");
+        assert!(
+            mounts.iter().any(|m| pipe.starts_with(&m.mount_path)),
+            "{name}: {pipe} is not on a mounted volume"
+        );
+    }
+    validate(file, &sets);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_shipped_example_is_accepted_and_reconciled() {
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    for (prefix, file) in [
+        ("ex-me", "me-three-models.yaml"),
+        ("ex-cpu", "smollm2-cpu.yaml"),
+    ] {
+        let (_ns, sets) = apply(&client, prefix, file).await;
+        assert_eq!(sets.len(), example(file).spec.models.len());
+        validate(file, &sets);
+    }
+}
