@@ -34,7 +34,13 @@ async fn create_references(client: &Client, ns: &str, trd: &TokenRouterDeploymen
         .spec
         .models
         .iter()
-        .filter_map(|m| m.source.pvc.as_ref().map(|p| p.claim_name.clone()))
+        .filter_map(|m| {
+            m.source
+                .as_ref()?
+                .pvc
+                .as_ref()
+                .map(|p| p.claim_name.clone())
+        })
         .collect();
     for claim in claims {
         let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
