@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::info;
@@ -40,17 +40,7 @@ async fn publish(
     reason: &str,
     note: String,
 ) {
-    let event = Event {
-        type_: kind,
-        reason: reason.into(),
-        note: Some(note),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    // An Event that cannot be written must not fail the reconcile.
-    if let Err(e) = recorder.publish(&event, &trd.object_ref(&())).await {
-        tracing::debug!(error = %e, "cannot publish event");
-    }
+    crate::events::publish(recorder, trd, "Reconcile", kind, reason, note).await;
 }
 
 /// Creates the admin token Secret once and returns the token.

@@ -1,7 +1,7 @@
 //! `tokenrouter-operator`: reconciles `TokenRouterDeployment` resources into
 //! serving StatefulSets, headless Services, the engine ConfigMap and a
-//! gateway, autoscales the group count by concurrency, and (next issue)
-//! retunes delayed batching. No libtorch: the engine is reached over HTTP.
+//! gateway, autoscales the group count by concurrency, and retunes delayed
+//! batching from live routing metrics (`tune`). No libtorch: the engine is reached over HTTP.
 #![warn(missing_docs)]
 
 pub mod apply;
@@ -13,6 +13,7 @@ pub mod cli;
 pub mod context;
 pub mod controller;
 pub mod error;
+pub mod events;
 pub mod groups;
 pub mod metrics;
 pub mod names;

@@ -35,7 +35,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher::Config;
 use kube::{Client, Resource, ResourceExt};
 use prometheus::Registry;
@@ -105,17 +105,7 @@ impl TuneContext {
         reason: &str,
         note: String,
     ) {
-        let event = Event {
-            type_: kind,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Tune".into(),
-            secondary: None,
-        };
-        // An Event that cannot be written must not fail the round.
-        if let Err(e) = self.recorder.publish(&event, &trd.object_ref(&())).await {
-            debug!(error = %e, "cannot publish event");
-        }
+        crate::events::publish(&self.recorder, trd, "Tune", kind, reason, note).await;
     }
 }
 
