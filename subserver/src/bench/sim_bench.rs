@@ -134,6 +134,9 @@ pub struct SimBenchReport {
     pub steps_per_model: Vec<u64>,
     /// Mean batch size per model during the measurement.
     pub mean_batch_per_model: Vec<f64>,
+    /// Delayed-batching steps started below `B` per model (wait bound or
+    /// deadlock breaker; the chain predicts none).
+    pub early_starts_per_model: Vec<u64>,
     /// Committed tokens during the measurement.
     pub tokens: u64,
     /// Measured wall time.
@@ -360,6 +363,7 @@ fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, En
                 }
             })
             .collect(),
+        early_starts_per_model: stats.iter().map(|s| s.early_starts).collect(),
         tokens,
         wall_s: wall,
     })
@@ -497,6 +501,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         },
         steps_per_model: steps,
         mean_batch_per_model: batch,
+        early_starts_per_model: vec![0; 2],
         tokens,
         wall_s: wall,
     })

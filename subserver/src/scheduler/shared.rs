@@ -3,16 +3,27 @@
 //! lockstep barrier and the serial lock. A model in its own process (TCP
 //! transport) has none of this and relies on `max_batch_wait_ms` instead.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
 use crate::scheduler::inbox::{Inbound, InboxSender};
 
 /// Shared by the schedulers of one in-process group.
+///
+/// The deadlock breaker of delayed batching needs to know that waiting
+/// cannot bring a model more requests. That holds only when every other
+/// scheduler thread is asleep on its inbox with nothing to step (empty, or
+/// parked under its threshold) and no peer message is in flight. So each
+/// thread counts as *awake* from the moment it wakes (before it takes a
+/// message out of its inbox) until it goes back to sleep, including the gap
+/// between two steps; counting only "inside a forward" made a model that had
+/// just ended a step and was about to start the next look quiet, and a
+/// parked peer started early, below its `B`.
 pub struct GroupShared {
     active: AtomicUsize,
-    busy: AtomicUsize,
+    awake: AtomicUsize,
+    parked: Vec<AtomicBool>,
     in_flight: AtomicUsize,
     inboxes: Mutex<Vec<InboxSender>>,
     /// Lockstep barrier (lockstep mode).
@@ -22,11 +33,12 @@ pub struct GroupShared {
 }
 
 impl GroupShared {
-    /// State for `num_models` models.
+    /// State for `num_models` models (their threads start awake).
     pub fn new(num_models: usize) -> Self {
         Self {
             active: AtomicUsize::new(0),
-            busy: AtomicUsize::new(0),
+            awake: AtomicUsize::new(num_models),
+            parked: (0..num_models).map(|_| AtomicBool::new(false)).collect(),
             in_flight: AtomicUsize::new(0),
             inboxes: Mutex::new(Vec::new()),
             barrier: StepBarrier::new(num_models),
@@ -59,16 +71,37 @@ impl GroupShared {
         self.nudge_all();
     }
 
-    /// A model enters a step.
-    pub fn step_started(&self) {
-        self.busy.fetch_add(1, Ordering::SeqCst);
+    /// Model `m`'s thread woke up (call before handling what woke it).
+    pub fn wake(&self, m: usize) {
+        self.awake.fetch_add(1, Ordering::SeqCst);
+        if let Some(p) = self.parked.get(m) {
+            p.store(false, Ordering::SeqCst);
+        }
     }
 
-    /// A model left a step; when none is busy, everyone re-evaluates.
-    pub fn step_ended(&self) {
-        if self.busy.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.nudge_all();
+    /// Model `m`'s thread is about to sleep on its inbox; `parked`: it holds
+    /// runnable requests it waits to batch. Refused (`false`: the thread
+    /// stays awake and steps, it is the deadlock breaker) when it is parked,
+    /// the last thread awake, and no message is in flight. When the last
+    /// thread goes to sleep with nothing in flight, the parked ones are
+    /// nudged to re-decide (one of them then breaks the deadlock).
+    pub fn sleep(&self, m: usize, parked: bool) -> bool {
+        let went = self
+            .awake
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                let last = v <= 1 && self.in_flight.load(Ordering::SeqCst) == 0;
+                (!(parked && last)).then(|| v.saturating_sub(1))
+            });
+        let Ok(before) = went else {
+            return false;
+        };
+        if let Some(p) = self.parked.get(m) {
+            p.store(parked, Ordering::SeqCst);
         }
+        if before <= 1 && self.in_flight.load(Ordering::SeqCst) == 0 {
+            self.nudge_parked(m);
+        }
+        true
     }
 
     /// A peer message is about to be sent.
@@ -83,9 +116,21 @@ impl GroupShared {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
     }
 
-    /// No model in a step and nothing in flight: waiting cannot bring requests.
+    /// Asked by an awake thread: every other thread is asleep with nothing
+    /// to step and nothing is in flight, so waiting cannot bring requests.
     pub fn quiet(&self) -> bool {
-        self.busy.load(Ordering::SeqCst) == 0 && self.in_flight.load(Ordering::SeqCst) == 0
+        self.awake.load(Ordering::SeqCst) <= 1 && self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// Nudges the parked models other than `me`.
+    fn nudge_parked(&self, me: usize) {
+        if let Ok(g) = self.inboxes.lock() {
+            for (m, tx) in g.iter().enumerate() {
+                if m != me && self.parked.get(m).is_some_and(|p| p.load(Ordering::SeqCst)) {
+                    let _ = tx.send(Inbound::Nudge);
+                }
+            }
+        }
     }
 
     fn nudge_all(&self) {
@@ -180,18 +225,57 @@ mod tests {
         assert!(!waiter.join().unwrap());
     }
 
+    /// The race that made delayed batching start below `B`: model 0 has
+    /// just ended a step and is about to start its next one, model 1 is
+    /// parked under its threshold. Model 0 is still awake, so model 1 must
+    /// not see a quiet group.
     #[test]
-    fn quiet_tracks_busy_and_in_flight() {
+    fn a_model_between_steps_keeps_the_group_busy() {
         let g = GroupShared::new(2);
-        assert!(g.quiet());
-        g.step_started();
+        // Model 1 goes to sleep parked; model 0 is stepping.
+        assert!(g.sleep(1, true));
         assert!(!g.quiet());
+        // Model 0 ends a step without sending anything; model 1 wakes
+        // (a nudge, a timeout) while model 0 is between steps.
+        g.wake(1);
+        assert!(!g.quiet(), "a model between steps is not quiet");
+        // Model 1 parks again: model 0 is awake, so that is allowed.
+        assert!(g.sleep(1, true));
+        // Model 0 hands a request over: in flight until model 1 takes it.
         g.message_sent();
-        g.step_ended();
-        assert!(!g.quiet());
+        assert!(g.sleep(0, false));
+        g.wake(1);
+        assert!(!g.quiet(), "model 1 has not taken the message yet");
         g.message_received();
+        // Now only model 1 is awake, nothing is in flight: quiet.
         assert!(g.quiet());
         g.message_received(); // never underflows
         assert!(g.quiet());
+    }
+
+    /// The last awake thread may not park: it must break the deadlock; the
+    /// last to sleep wakes only the parked ones.
+    #[test]
+    fn the_last_parked_thread_is_refused_sleep() {
+        let g = GroupShared::new(2);
+        let (tx0, rx0) = crate::scheduler::inbox::inbox();
+        let (tx1, rx1) = crate::scheduler::inbox::inbox();
+        g.set_inboxes(vec![tx0, tx1]);
+        assert!(g.sleep(1, true)); // model 1 parks while model 0 steps
+        assert!(rx1.try_recv().is_err());
+        assert!(g.sleep(0, false)); // model 0 has nothing: model 1 is nudged
+        assert!(matches!(rx1.try_recv(), Ok(Inbound::Nudge)));
+        assert!(rx0.try_recv().is_err(), "an idle model is not nudged");
+        g.wake(1);
+        assert!(g.quiet());
+        assert!(!g.sleep(1, true), "last awake and parked: step instead");
+        // A message in flight will wake its receiver: parking is fine.
+        g.message_sent();
+        assert!(g.sleep(1, true));
+        assert!(rx0.try_recv().is_err() && rx1.try_recv().is_err());
+        // Two parked threads woken together: exactly one may sleep.
+        let g = GroupShared::new(2);
+        assert!(g.sleep(0, true));
+        assert!(!g.sleep(1, true));
     }
 }

@@ -30,6 +30,10 @@ pub struct StatsSnapshot {
     pub credited: Vec<u64>,
     /// Tokens this model wrote as a guest and returned.
     pub guest_tokens: u64,
+    /// Delayed-batching steps started below the threshold `B` although
+    /// more requests could still come: the wait bound ran out or the
+    /// deadlock breaker fired (the tuner's chain has neither).
+    pub early_starts: u64,
     /// Requests finished, by reason.
     pub finished: u64,
     /// Requests failed.
@@ -143,7 +147,12 @@ impl SchedulerStats {
             s.decisions.iter_mut().for_each(|x| *x = 0);
             s.credited.iter_mut().for_each(|x| *x = 0);
             s.guest_tokens = 0;
+            s.early_starts = 0;
         });
+    }
+
+    pub(crate) fn record_early_start(&self) {
+        self.with(|s| s.early_starts += 1);
     }
 
     pub(crate) fn record_step(&self, batch: usize, took: Duration) {

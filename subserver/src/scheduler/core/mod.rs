@@ -89,6 +89,8 @@ pub struct Scheduler<R: ModelRunner> {
     share: Option<ShareController>,
     /// The policy's signal failure counts, and how many were exported.
     signal_health: Option<(SignalHealth, [u64; 3])>,
+    /// Asleep on the inbox as far as the group's shared state knows.
+    asleep: bool,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -124,6 +126,7 @@ impl<R: ModelRunner> Scheduler<R> {
             home_active: 0,
             shutting_down: false,
             share,
+            asleep: false,
         }
     }
 
@@ -176,8 +179,13 @@ impl<R: ModelRunner> Scheduler<R> {
     pub fn run(mut self) {
         let lockstep = self.cfg.mode == ExecutionMode::Lockstep;
         loop {
-            let timeout = self.wait_timeout(lockstep);
-            match self.inbox.recv_timeout(timeout) {
+            let mut timeout = self.wait_timeout(lockstep);
+            if !timeout.is_zero() && !self.go_to_sleep() {
+                timeout = Duration::ZERO;
+            }
+            let received = self.inbox.recv_timeout(timeout);
+            self.wake_up();
+            match received {
                 Ok(msg) => self.handle(msg),
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => self.shutting_down = true,
@@ -189,6 +197,8 @@ impl<R: ModelRunner> Scheduler<R> {
                 self.fail_all(RequestError::Shutdown);
                 if let Some(s) = &self.shared {
                     s.barrier.abort();
+                    // Gone for good: it holds nothing, so it counts as asleep.
+                    s.sleep(self.me() as usize, false);
                 }
                 return;
             }
@@ -216,10 +226,44 @@ impl<R: ModelRunner> Scheduler<R> {
         }
     }
 
+    /// Tells the group this thread sleeps on its inbox (parked when it
+    /// holds runnable requests it waits to batch). `false`: refused, this
+    /// thread is the last awake and must break the deadlock by stepping.
+    fn go_to_sleep(&mut self) -> bool {
+        let parked = self.cfg.mode == ExecutionMode::AsyncDelayed && self.runnable() > 0;
+        self.asleep = match &self.shared {
+            Some(s) => s.sleep(self.me() as usize, parked),
+            None => true,
+        };
+        self.asleep
+    }
+
+    /// Tells the group this thread is awake (before it handles any message).
+    fn wake_up(&mut self) {
+        if std::mem::take(&mut self.asleep) {
+            if let Some(s) = &self.shared {
+                s.wake(self.me() as usize);
+            }
+        }
+    }
+
     fn try_step(&mut self) {
         if self.decide() {
+            if self.below_threshold() {
+                self.stats.record_early_start();
+            }
             self.step();
         }
+    }
+
+    /// Delayed batching would start a step with fewer than `B` requests
+    /// while more could still come.
+    fn below_threshold(&self) -> bool {
+        let runnable = self.runnable();
+        let n = self.n_active().max(runnable);
+        // The threshold is clamped to `n`: below it, more can come.
+        self.cfg.mode == ExecutionMode::AsyncDelayed
+            && runnable < threshold(&self.cfg.thresholds, n)
     }
 
     fn wait_timeout(&self, lockstep: bool) -> Duration {

@@ -38,9 +38,6 @@ impl<R: ModelRunner> Scheduler<R> {
             entropy_items,
         };
         let shared = self.shared.clone();
-        if let Some(s) = &shared {
-            s.step_started();
-        }
         let serial_guard = match (&shared, self.cfg.mode) {
             (Some(s), ExecutionMode::Serial) => Some(s.serial.lock()),
             _ => None,
@@ -62,9 +59,6 @@ impl<R: ModelRunner> Scheduler<R> {
                 warn!(error = %e, "forward failed");
                 self.fail_batch(&plan, &e.to_string());
             }
-        }
-        if let Some(s) = &shared {
-            s.step_ended();
         }
     }
 
