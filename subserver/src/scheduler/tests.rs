@@ -32,6 +32,7 @@ struct Opts {
     /// The sim runners draw their EOS like any token.
     emit_eos: bool,
     target_large_share: Option<f64>,
+    max_batch_wait: Duration,
 }
 
 impl Default for Opts {
@@ -48,6 +49,7 @@ impl Default for Opts {
             vocab: 1000,
             emit_eos: false,
             target_large_share: None,
+            max_batch_wait: Duration::from_millis(20),
         }
     }
 }
@@ -94,7 +96,7 @@ fn group(o: &Opts) -> Group {
         mode: o.mode,
         fallback_on_peer_failure: o.fallback,
         peer_timeout: o.peer_timeout,
-        max_batch_wait: Duration::from_millis(20),
+        max_batch_wait: o.max_batch_wait,
         limits: EngineLimits {
             max_batched_tokens: 256,
             max_batch_size: 64,
@@ -153,7 +155,8 @@ fn assert_kv_returned(g: &Group) {
     }
 }
 
-fn run_concurrency(n: usize, o: &Opts) {
+/// Runs `n` requests to the end; returns each model's counters.
+fn run_concurrency(n: usize, o: &Opts) -> [crate::scheduler::stats::StatsSnapshot; 2] {
     let g = group(o);
     let max_tokens = 24;
     let rxs: Vec<_> = (0..n)
@@ -187,6 +190,32 @@ fn run_concurrency(n: usize, o: &Opts) {
     }
     assert_kv_returned(&g);
     assert_eq!(g.active(), 0);
+    [g.stats(0), g.stats(1)]
+}
+
+/// With thresholds no larger than the concurrency and B = 1 at the entry,
+/// a parked model always gets its B (the tuner's chain assumes exactly
+/// that), so no step may start below B. The deadlock breaker used to fire
+/// whenever the small model was between two steps, and the large model
+/// started early (mean batch 4.8 instead of the chain's 5.57 at N=8).
+#[test]
+fn delayed_batching_never_starts_below_b_when_b_is_reachable() {
+    for (n, b) in [(8, 5), (4, 3), (16, 10)] {
+        let stats = run_concurrency(
+            n,
+            &Opts {
+                thresholds: [1, b],
+                max_batch_wait: HANG,
+                ..Opts::default()
+            },
+        );
+        assert!(stats[1].steps > 0);
+        assert_eq!(
+            [stats[0].early_starts, stats[1].early_starts],
+            [0, 0],
+            "N={n}, B=[1, {b}]"
+        );
+    }
 }
 
 #[test]
@@ -230,14 +259,17 @@ fn thresholds_that_would_park_every_model_never_deadlock() {
             ..Opts::default()
         },
     );
-    run_concurrency(
+    // The deadlock breaker alone (no wait bound) must start them.
+    let stats = run_concurrency(
         3,
         &Opts {
             thresholds: [3, 3],
             p: 0.5,
+            max_batch_wait: HANG,
             ..Opts::default()
         },
     );
+    assert!(stats[0].early_starts + stats[1].early_starts > 0);
 }
 
 #[test]
