@@ -24,6 +24,7 @@ pub struct GroupShared {
     active: AtomicUsize,
     awake: AtomicUsize,
     parked: Vec<AtomicBool>,
+    delivering: AtomicUsize,
     in_flight: AtomicUsize,
     inboxes: Mutex<Vec<InboxSender>>,
     /// Lockstep barrier (lockstep mode).
@@ -39,6 +40,7 @@ impl GroupShared {
             active: AtomicUsize::new(0),
             awake: AtomicUsize::new(num_models),
             parked: (0..num_models).map(|_| AtomicBool::new(false)).collect(),
+            delivering: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             inboxes: Mutex::new(Vec::new()),
             barrier: StepBarrier::new(num_models),
@@ -102,6 +104,34 @@ impl GroupShared {
             self.nudge_parked(m);
         }
         true
+    }
+
+    /// A model starts handing out the requests of a step that just ended.
+    /// They leave one by one but arrive, in the chain's terms, at one
+    /// event: a parked model waits for the whole delivery before it counts
+    /// its requests against `B`.
+    pub fn delivery_started(&self) {
+        self.delivering.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Model `me`'s delivery is complete: the others are nudged to count
+    /// what they got (or to take the step they put off while it ran).
+    pub fn delivery_ended(&self, me: usize) {
+        let _ = self
+            .delivering
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| v.checked_sub(1));
+        if let Ok(g) = self.inboxes.lock() {
+            for (m, tx) in g.iter().enumerate() {
+                if m != me {
+                    let _ = tx.send(Inbound::Nudge);
+                }
+            }
+        }
+    }
+
+    /// Some model is in the middle of a delivery.
+    pub fn delivering(&self) -> bool {
+        self.delivering.load(Ordering::SeqCst) > 0
     }
 
     /// A peer message is about to be sent.
@@ -276,5 +306,26 @@ mod tests {
         let g = GroupShared::new(2);
         assert!(g.sleep(0, true));
         assert!(!g.sleep(1, true));
+    }
+
+    /// A step's hand-overs are one event: while a model delivers them the
+    /// group says so, and at the end every other model is nudged to count
+    /// them (a parked model that counted the first one and started below
+    /// the chain's batch was the second cause of the N=8 gap).
+    #[test]
+    fn a_delivery_is_announced_and_ends_with_a_nudge() {
+        let g = GroupShared::new(2);
+        let (tx0, rx0) = crate::scheduler::inbox::inbox();
+        let (tx1, rx1) = crate::scheduler::inbox::inbox();
+        g.set_inboxes(vec![tx0, tx1]);
+        assert!(!g.delivering());
+        g.delivery_started();
+        assert!(g.delivering());
+        g.delivery_ended(0);
+        assert!(!g.delivering());
+        assert!(matches!(rx1.try_recv(), Ok(Inbound::Nudge)));
+        assert!(rx0.try_recv().is_err(), "the deliverer is not nudged");
+        g.delivery_ended(0); // never underflows
+        assert!(!g.delivering());
     }
 }

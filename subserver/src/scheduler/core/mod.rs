@@ -296,6 +296,11 @@ impl<R: ModelRunner> Scheduler<R> {
         let runnable = self.runnable();
         match self.cfg.mode {
             ExecutionMode::Async | ExecutionMode::Serial | ExecutionMode::Lockstep => runnable > 0,
+            // Requests a peer is still handing out belong to the same event:
+            // count them all before comparing with B (its nudge re-decides).
+            ExecutionMode::AsyncDelayed if self.shared.as_ref().is_some_and(|s| s.delivering()) => {
+                false
+            }
             ExecutionMode::AsyncDelayed => {
                 let n = self.n_active().max(runnable);
                 let waited = self

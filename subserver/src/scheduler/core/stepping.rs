@@ -51,8 +51,18 @@ impl<R: ModelRunner> Scheduler<R> {
         match result {
             Ok(out) => {
                 self.stats.record_step(batch.items.len(), elapsed);
+                // Delayed batching counts a step's hand-overs as one event.
+                let delivery = shared
+                    .as_ref()
+                    .filter(|_| self.cfg.mode == ExecutionMode::AsyncDelayed);
+                if let Some(s) = delivery {
+                    s.delivery_started();
+                }
                 if let Err(e) = self.after_forward(&plan, out, &batch.entropy_items) {
                     self.fail_batch(&plan, &e.to_string());
+                }
+                if let Some(s) = delivery {
+                    s.delivery_ended(self.me() as usize);
                 }
             }
             Err(e) => {
