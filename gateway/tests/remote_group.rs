@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use test_support::{free_port, sibling_binary, subserver, Proc};
+use test_support::{free_port, sibling_binary, spawn_subserver, Proc};
 
 fn curl(args: &[&str]) -> String {
     let out = Command::new("curl").args(args).output().unwrap();
@@ -39,8 +39,8 @@ fn torch_free_gateway_serves_a_remote_group() {
     let tokenrouter = sibling_binary("tokenrouter");
     let cache = cache.to_str().unwrap();
     let envs = [("TOKENROUTER_CACHE", cache)];
-    let _reference = subserver::spawn(&tokenrouter, &cfg, "reference", None, &envs);
-    let _quick = subserver::spawn(&tokenrouter, &cfg, "quick", Some(admin), &envs);
+    let _reference = spawn_subserver(&tokenrouter, &cfg, "reference", None, &envs);
+    let _quick = spawn_subserver(&tokenrouter, &cfg, "quick", Some(admin), &envs);
 
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenrouter-gateway"));
     cmd.args(["--config"])

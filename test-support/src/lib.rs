@@ -9,9 +9,10 @@
 
 pub mod proc;
 pub mod stream;
-pub mod subserver;
+mod subserver;
 
 pub use proc::Proc;
+pub use subserver::spawn as spawn_subserver;
 
 use std::net::TcpListener;
 use std::path::PathBuf;

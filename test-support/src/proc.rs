@@ -220,7 +220,10 @@ mod tests {
     #[test]
     fn a_ready_line_is_waited_for_and_an_early_exit_fails_with_the_output() {
         let mut cmd = Command::new("sh");
-        cmd.args(["-c", "echo noise; echo 'x: listening on http://127.0.0.1:9' >&2"]);
+        cmd.args([
+            "-c",
+            "echo noise; echo 'x: listening on http://127.0.0.1:9' >&2",
+        ]);
         let mut p = Proc::spawn("sh", cmd);
         assert_eq!(p.wait_after("listening on "), "http://127.0.0.1:9");
         assert!(p.wait_exit().success());
