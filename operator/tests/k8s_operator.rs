@@ -540,7 +540,10 @@ async fn operator_killed_mid_reconcile_converges_without_duplicates_or_orphans()
     api.delete("chaos", &DeleteParams::default()).await.unwrap();
     wait_for(
         "cleanup",
-        [owned_changes(&client, &ns), vec![changes(&api)]].concat(),
+        owned_changes(&client, &ns)
+            .into_iter()
+            .chain([changes(&api)])
+            .collect(),
         || async {
             (api.get_opt("chaos").await.ok()?.is_none() && owned(&client, &ns).await.is_empty())
                 .then_some(())
