@@ -76,17 +76,7 @@ impl Proc {
                     self.output()
                 );
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok(Event::Line) => {}
-                Ok(Event::Closed) => self.open -= 1,
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "hang: {what} never happened in {HANG:?} ({}):\n{}",
-                    self.name,
-                    self.output()
-                ),
-                Err(RecvTimeoutError::Disconnected) => self.open = 0,
-            }
+            self.next_event(deadline, what);
         }
     }
 
@@ -115,19 +105,25 @@ impl Proc {
     pub fn wait_exit(&mut self) -> ExitStatus {
         let deadline = Instant::now() + HANG;
         while self.open > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok(Event::Line) => {}
-                Ok(Event::Closed) => self.open -= 1,
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "hang: {} never exited in {HANG:?}:\n{}",
-                    self.name,
-                    self.output()
-                ),
-                Err(RecvTimeoutError::Disconnected) => self.open = 0,
-            }
+            self.next_event(deadline, "its exit");
         }
         self.child.wait().unwrap()
+    }
+
+    /// Blocks for the next line or end of a stream (counted in `open`);
+    /// past `deadline` it fails: `what` never happened.
+    fn next_event(&mut self, deadline: Instant, what: &str) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.events.recv_timeout(left) {
+            Ok(Event::Line) => {}
+            Ok(Event::Closed) => self.open -= 1,
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "hang: {what} never happened in {HANG:?} ({}):\n{}",
+                self.name,
+                self.output()
+            ),
+            Err(RecvTimeoutError::Disconnected) => self.open = 0,
+        }
     }
 
     /// Everything the child wrote to stdout so far.

@@ -157,18 +157,28 @@ impl SimGroup {
         }
     }
 
-    /// Per model, the B table its admin API reports (`GET /admin/thresholds`).
-    pub fn reported_thresholds(&self) -> Vec<Vec<usize>> {
+    /// Per model (in [`MODELS`] order), its name and the JSON of `GET {admin}{path}`.
+    fn admin_json(&self, path: &str) -> Vec<(&'static str, serde_json::Value)> {
         let client = client();
         MODELS
             .iter()
             .zip(&self.admin)
             .map(|(model, url)| {
-                let json: serde_json::Value = self
-                    .authorized(client.get(format!("{url}/admin/thresholds")))
+                let json = self
+                    .authorized(client.get(format!("{url}{path}")))
                     .send()
                     .and_then(|r| r.json())
-                    .unwrap_or_else(|e| panic!("GET {url}/admin/thresholds: {e}"));
+                    .unwrap_or_else(|e| panic!("GET {url}{path}: {e}"));
+                (*model, json)
+            })
+            .collect()
+    }
+
+    /// Per model, the B table its admin API reports (`GET /admin/thresholds`).
+    pub fn reported_thresholds(&self) -> Vec<Vec<usize>> {
+        self.admin_json("/admin/thresholds")
+            .into_iter()
+            .map(|(model, json)| {
                 serde_json::from_value(json["delayed_batching_threshold"][model].clone())
                     .expect("a B table")
             })
@@ -199,16 +209,9 @@ impl SimGroup {
     /// (`/admin/state`): the latency the group really runs at, which the
     /// machine's load can stretch beyond the configured sleep.
     pub fn step_stats(&self) -> Vec<(f64, f64)> {
-        let client = client();
-        MODELS
-            .iter()
-            .zip(&self.admin)
-            .map(|(model, url)| {
-                let state: serde_json::Value = self
-                    .authorized(client.get(format!("{url}/admin/state")))
-                    .send()
-                    .and_then(|r| r.json())
-                    .unwrap_or_else(|e| panic!("GET {url}/admin/state: {e}"));
+        self.admin_json("/admin/state")
+            .into_iter()
+            .map(|(model, state)| {
                 let stats = if state["models"].is_object() {
                     &state["models"][model]
                 } else {
