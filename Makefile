@@ -124,7 +124,7 @@ run: assets
 	$(BIN) serve
 
 # Crates whose module graph must stay free of cycles (`make lint`).
-MODGRAPH_CRATES := protocol textio engine-config kernels subserver gateway tuner crds operator loadgen
+MODGRAPH_CRATES := protocol textio engine-config kernels subserver gateway tuner crds operator loadgen test-support
 
 lint:
 	cargo fmt --all --check
