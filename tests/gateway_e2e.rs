@@ -7,18 +7,14 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
 
-/// Deadline of every wait: only a hang reaches it, even on a loaded machine.
-const HANG: Duration = Duration::from_secs(120);
+use test_support::{free_port, spawn_subserver, Proc, HANG};
 
 /// A `tokenrouter serve` child; killed on drop.
 struct Served {
-    child: Child,
+    proc: Proc,
     url: String,
     _dir: Option<tempfile::TempDir>,
 }
@@ -36,31 +32,15 @@ impl Served {
         let mut cmd = Command::new(common::binary());
         cmd.args(args)
             .env("TOKENROUTER_CACHE", common::cache_dir())
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+            // `info`: the gateway's group-list and group-health lines are events.
+            .env("RUST_LOG", "info");
         for (k, v) in envs {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("spawn tokenrouter serve");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.split("listening on ").nth(1) {
-                    let _ = tx.send(url.trim().to_string());
-                }
-            }
-        });
-        let url = match rx.recv_timeout(Duration::from_secs(180)) {
-            Ok(url) => url,
-            Err(_) => {
-                let _ = child.kill();
-                panic!("tokenrouter {args:?} did not start");
-            }
-        };
+        let mut proc = Proc::spawn(&format!("tokenrouter {args:?}"), cmd);
+        let url = proc.wait_after("listening on ");
         Self {
-            child,
+            proc,
             url,
             _dir: dir,
         }
@@ -94,35 +74,23 @@ impl Served {
         Self::start(&["--config", &cfg, "--port", "0"], Some(dir), envs)
     }
 
-    fn pid(&self) -> String {
-        self.child.id().to_string()
+    /// Sends SIGTERM and waits for the exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        self.proc.terminate();
+        self.proc.wait_exit()
     }
 
-    /// Sends SIGTERM and waits (bounded) for the exit status.
-    fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.pid()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < within,
-                "serve did not exit within {within:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    /// Waits for the gateway's next "group list set" line: the list it
+    /// answers `/health` from has been replaced.
+    fn wait_group_list(&mut self, what: &str) {
+        self.proc.wait_line(what, |l| l.contains("group list set"));
     }
-}
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Waits for the gateway's next "group health changed" line with `up`.
+    fn wait_group_health(&mut self, what: &str, up: bool) {
+        self.proc.wait_line(what, |l| {
+            l.contains("group health changed") && l.contains(&format!("up={up}"))
+        });
     }
 }
 
@@ -301,39 +269,29 @@ fn route_trace_page_colours_tokens_in_headless_chromium() {
     );
 }
 
-/// Streams a completion with curl in the background; returns the child and its output file.
-fn background_stream(url: &str, max_tokens: usize, out: &Path) -> Child {
-    Command::new("curl")
-        .args(["-s", "-N", "-o"])
-        .arg(out)
+/// Streams a completion with curl in the background, once its first
+/// event arrived.
+fn background_stream(url: &str, max_tokens: usize) -> Proc {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-N"])
         .arg(format!("{url}/v1/completions"))
         .args(["-H", "content-type: application/json", "-d"])
         .arg(format!(
             r#"{{"model":"tokenrouter","prompt":"x","max_tokens":{max_tokens},"stream":true}}"#
-        ))
-        .spawn()
-        .unwrap()
-}
-
-fn wait_for_bytes(path: &Path) {
-    let start = Instant::now();
-    while std::fs::metadata(path).map(|m| m.len()).unwrap_or(0) == 0 {
-        assert!(start.elapsed() < HANG, "no stream output");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        ));
+    let mut curl = Proc::spawn("curl stream", cmd);
+    curl.wait_line("the stream's first event", |l| l.starts_with("data:"));
+    curl
 }
 
 #[test]
 fn sigterm_lets_in_flight_requests_finish() {
     let mut s = Served::sim();
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("stream");
-    let mut curl = background_stream(&s.url, 150, &out);
-    wait_for_bytes(&out);
-    let status = s.terminate(HANG);
+    let mut curl = background_stream(&s.url, 150);
+    let status = s.terminate();
     assert!(status.success(), "{status:?}");
-    assert!(curl.wait().unwrap().success());
-    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(curl.wait_exit().success());
+    let text = curl.stdout();
     assert!(
         text.contains("\"finish_reason\":\"length\"") && text.ends_with("data: [DONE]\n\n"),
         "{text}"
@@ -354,15 +312,12 @@ fn sigterm_cancels_what_outlives_the_drain_deadline() {
         &[],
         &[],
     );
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("stream");
-    let mut curl = background_stream(&s.url, 100_000, &out);
-    wait_for_bytes(&out);
-    let t0 = Instant::now();
-    let status = s.terminate(HANG);
+    let mut curl = background_stream(&s.url, 100_000);
+    let t0 = std::time::Instant::now();
+    let status = s.terminate();
     assert!(status.success(), "{status:?}");
-    let _ = curl.wait();
-    let text = std::fs::read_to_string(&out).unwrap();
+    curl.wait_exit();
+    let text = curl.stdout();
     assert!(
         text.contains("event: error") && text.contains("shutting down"),
         "the stream ends with an error event: {}",
@@ -375,7 +330,7 @@ fn sigterm_cancels_what_outlives_the_drain_deadline() {
 fn embedded_default_real_smollm2_pair() {
     // No config: the built-in SmolLM2 pair with R-Stitch (only the port moves).
     common::model_dir("smollm2-135m");
-    common::model_dir("smollm2-135m-l12");
+    common::model_dir("smollm2-135m-l12-healed");
     let cwd = tempfile::tempdir().unwrap();
     let mut cmd_args = vec!["--port", "0"];
     cmd_args.push("--host");
@@ -395,25 +350,6 @@ fn embedded_default_real_smollm2_pair() {
     assert_all_passed(&out);
 }
 
-/// A free local port (bound, then released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed on drop.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn health(url: &str) -> String {
     let out = Command::new("curl")
         .args([
@@ -429,17 +365,6 @@ fn health(url: &str) -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn wait_health(url: &str, want: &str, within: Duration) {
-    let start = Instant::now();
-    while health(url) != want {
-        assert!(
-            start.elapsed() < within,
-            "{url}/health never answered {want}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -461,34 +386,26 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
     let groups = dir.path().join("groups.txt");
     // At first only a group nobody serves.
     std::fs::write(&groups, "# groups\nhttp://127.0.0.1:1\n").unwrap();
-    let member = |model: &str, admin: Option<u16>| {
-        let mut cmd = Command::new(common::binary());
-        cmd.args(["subserver", "--config"])
-            .arg(&cfg)
-            .args(["--model", model])
-            .env("TOKENROUTER_CACHE", common::cache_dir())
-            .env("RUST_LOG", "warn");
-        if let Some(p) = admin {
-            cmd.args(["--admin", &format!("127.0.0.1:{p}")]);
-        }
-        Proc(cmd.spawn().unwrap())
-    };
-    let reference = member("reference", None);
-    let _quick = member("quick", Some(admin));
+    let (bin, cache) = (common::binary(), common::cache_dir());
+    let envs = [("TOKENROUTER_CACHE", cache.to_str().unwrap())];
+    let reference = spawn_subserver(&bin, &cfg, "reference", None, &envs);
+    let _quick = spawn_subserver(&bin, &cfg, "quick", Some(admin), &envs);
     let entry = format!("http://127.0.0.1:{admin}");
-    wait_health(&entry, "200", HANG);
 
     let cfg_s = cfg.to_str().unwrap().to_string();
-    let gw = Served::spawn(&["gateway", "--config", &cfg_s, "--port", "0"], None, &[]);
+    let mut gw = Served::spawn(&["gateway", "--config", &cfg_s, "--port", "0"], None, &[]);
     // The gateway answers, and with no healthy group yet.
-    wait_health(&gw.url, "503", HANG);
+    gw.wait_group_list("the first group list");
+    assert_eq!(health(&gw.url), "503");
     // The list reloads without a restart; `dns://` names one group per address.
     std::fs::write(
         &groups,
         format!("http://127.0.0.1:1\ndns://localhost:{admin}\n"),
     )
     .unwrap();
-    wait_health(&gw.url, "200", HANG);
+    gw.wait_group_list("the list with the dns:// group");
+    gw.wait_group_health("the dns:// group healthy", true);
+    assert_eq!(health(&gw.url), "200");
     let out = openai_suite(&gw.url, &["--pinned", "--logprobs"]);
     assert_all_passed(&out);
     // A client that leaves cancels the request in the remote group too.
@@ -508,7 +425,8 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
             r#"{"model":"tokenrouter","prompt":"x","max_tokens":50000,"stream":true}"#,
         ])
         .status();
-    let start = Instant::now();
+    // Kept a poll: the entry's metrics are the only sign the cancel landed.
+    let start = std::time::Instant::now();
     loop {
         let m = Command::new("curl")
             .args(["-s", &format!("{entry}/metrics")])
@@ -523,18 +441,23 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
         }
         assert!(
             start.elapsed() < HANG,
-            "the remote request was not cancelled:\n{m}"
+            "hang: the remote request was not cancelled:\n{m}"
         );
-        std::thread::sleep(Duration::from_millis(50));
+        // Spaces the scrapes only; no outcome rides on its length.
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // And shrinks again.
     std::fs::write(&groups, "http://127.0.0.1:1\n").unwrap();
-    wait_health(&gw.url, "503", HANG);
+    gw.wait_group_list("the shrunk list");
+    assert_eq!(health(&gw.url), "503");
     // Back; then one subserver of the group dies: the group is skipped.
     std::fs::write(&groups, format!("{entry}\n")).unwrap();
-    wait_health(&gw.url, "200", HANG);
+    gw.wait_group_list("the list with the entry back");
+    gw.wait_group_health("the entry's group healthy again", true);
+    assert_eq!(health(&gw.url), "200");
     drop(reference);
-    wait_health(&gw.url, "503", HANG);
+    gw.wait_group_health("the group unhealthy once the reference died", false);
+    assert_eq!(health(&gw.url), "503");
     let out = Command::new("curl")
         .args([
             "-s",

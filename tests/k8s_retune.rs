@@ -27,7 +27,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use operator::retune::threshold_at;
-use retune_support::{Load, SimGroup, Topology, MODELS};
+use retune_support::{wait_until, Load, SimGroup, Topology, MODELS};
 use serde_json::json;
 
 const NAME: &str = "tuned";
@@ -110,24 +110,6 @@ fn in_order(table: &BTreeMap<String, Vec<i64>>) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// What every subserver reports on `GET /admin/thresholds`.
-fn reported(group: &SimGroup) -> Vec<Vec<usize>> {
-    let client = reqwest::blocking::Client::new();
-    MODELS
-        .iter()
-        .zip(&group.admin)
-        .map(|(model, url)| {
-            let json: serde_json::Value = group
-                .authorized(client.get(format!("{url}/admin/thresholds")))
-                .send()
-                .unwrap()
-                .json()
-                .unwrap();
-            serde_json::from_value(json["delayed_batching_threshold"][model].clone()).unwrap()
-        })
-        .collect()
-}
-
 /// Whether every subserver's `/metrics` shows B of `table` at its current concurrency.
 fn metrics_show(group: &SimGroup, table: &[Vec<usize>]) -> bool {
     let series = group.scrape();
@@ -142,18 +124,6 @@ fn metrics_show(group: &SimGroup, table: &[Vec<usize>]) -> bool {
         let n = gauge("tokenrouter_active_concurrency", model);
         matches!((b, n), (Some(b), Some(n)) if n >= 1 && b == threshold_at(table, m, n))
     })
-}
-
-/// Blocks until `probe` holds (a deadline only catches a hang).
-fn wait_until(what: &str, mut probe: impl FnMut() -> bool) {
-    let start = std::time::Instant::now();
-    while !probe() {
-        assert!(
-            start.elapsed() < k8s_support::HANG,
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
 }
 
 struct Aborted(tokio::task::JoinHandle<()>);
@@ -185,22 +155,26 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
 
     // The subservers start with the token of the Secret the operator created.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let token = rt.block_on(k8s_support::wait_for("the admin token Secret", || async {
-        let s = secrets
-            .get_opt(&format!("{NAME}-admin-token"))
-            .await
-            .unwrap()?;
-        // The kit keeps the Secret as the operator sent it (`stringData`).
-        let from_data = s
-            .data
-            .as_ref()
-            .and_then(|d| d.get("token"))
-            .map(|b| b.0.clone());
-        match from_data {
-            Some(bytes) => Some(String::from_utf8(bytes).unwrap()),
-            None => s.string_data?.get("token").cloned(),
-        }
-    }));
+    let token = rt.block_on(k8s_support::wait_for(
+        "the admin token Secret",
+        vec![k8s_support::changes(&secrets)],
+        || async {
+            let s = secrets
+                .get_opt(&format!("{NAME}-admin-token"))
+                .await
+                .unwrap()?;
+            // The kit keeps the Secret as the operator sent it (`stringData`).
+            let from_data = s
+                .data
+                .as_ref()
+                .and_then(|d| d.get("token"))
+                .map(|b| b.0.clone());
+            match from_data {
+                Some(bytes) => Some(String::from_utf8(bytes).unwrap()),
+                None => s.string_data?.get("token").cloned(),
+            }
+        },
+    ));
     let group = SimGroup::start_with_token(
         &common::binary(),
         Topology::TcpProcesses,
@@ -223,13 +197,17 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
             .status
             .unwrap_or_default()
     };
-    let first = rt.block_on(k8s_support::wait_for("the first tuned table", || async {
-        let s = trds.get_status(NAME).await.unwrap().status?;
-        s.thresholds
-            .clone()
-            .filter(|t| t.source == ThresholdSource::Tuned)
-            .map(|_| s)
-    }));
+    let first = rt.block_on(k8s_support::wait_for(
+        "the first tuned table",
+        vec![k8s_support::changes(&trds)],
+        || async {
+            let s = trds.get_status(NAME).await.unwrap().status?;
+            s.thresholds
+                .clone()
+                .filter(|t| t.source == ThresholdSource::Tuned)
+                .map(|_| s)
+        },
+    ));
     let p = first
         .tuning
         .as_ref()
@@ -246,7 +224,7 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
     );
     let table_02 = in_order(&first.thresholds.unwrap().table);
     wait_until("the subservers apply the p = 0.2 table", || {
-        reported(&group) == table_02
+        group.reported_thresholds() == table_02
     });
 
     // p = 0.6 through the live knob. Rounds that end from now: one may have scraped before
@@ -255,6 +233,7 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
     group.set_probability(0.6);
     let retuned = rt.block_on(k8s_support::wait_for(
         "a table tuned for p = 0.6",
+        vec![k8s_support::changes(&trds)],
         || async {
             let s = trds.get_status(NAME).await.unwrap().status?;
             let table = in_order(&s.thresholds.as_ref()?.table);
@@ -287,7 +266,7 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
 
     // The subservers run it and report it, on the admin API and /metrics.
     wait_until("the subservers apply the p = 0.6 table", || {
-        reported(&group) == table_06
+        group.reported_thresholds() == table_06
     });
     wait_until("/metrics shows the p = 0.6 table", || {
         metrics_show(&group, &table_06)
@@ -296,6 +275,7 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     rt.block_on(k8s_support::wait_for(
         "the ConfigMap carries the tuned table",
+        vec![k8s_support::changes(&maps)],
         || async {
             let map = maps.get(&format!("{NAME}-engine")).await.ok()?;
             let yaml = map.data?.get(&format!("{}.yaml", MODELS[1]))?.clone();
@@ -307,13 +287,17 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
     ));
     // An Event says what was pushed; the loop's metrics count it.
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    rt.block_on(k8s_support::wait_for("a Retuned event", || async {
-        let list = events.list(&Default::default()).await.unwrap();
-        list.items
-            .iter()
-            .find(|e| e.reason.as_deref() == Some("Retuned"))
-            .map(|_| ())
-    }));
+    rt.block_on(k8s_support::wait_for(
+        "a Retuned event",
+        vec![k8s_support::changes(&events)],
+        || async {
+            let list = events.list(&Default::default()).await.unwrap();
+            list.items
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("Retuned"))
+                .map(|_| ())
+        },
+    ));
     assert!(rounds(&ctx, &["pushed"]) >= 2);
     assert!(ctx
         .metrics
@@ -326,10 +310,11 @@ fn the_operator_retunes_live_subservers_after_routing_changes() {
         .unwrap();
     let spec_table = vec![vec![1], vec![1, 2]];
     wait_until("the spec's table back on the subservers", || {
-        reported(&group) == spec_table
+        group.reported_thresholds() == spec_table
     });
     rt.block_on(k8s_support::wait_for(
         "status: tuning disabled, fixed table",
+        vec![k8s_support::changes(&trds)],
         || async {
             let s = trds.get_status(NAME).await.unwrap().status?;
             let fixed = s.thresholds.as_ref()?.source == ThresholdSource::Fixed;

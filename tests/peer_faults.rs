@@ -15,7 +15,6 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -26,16 +25,8 @@ use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::{RequestError, StreamEvent, Usage};
 use subserver::service::member::MemberService;
 
-/// Deadline of every wait: only a hang reaches it, even on a loaded machine.
-const HANG: Duration = Duration::from_secs(90);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use common::finish;
+use test_support::{free_port, spawn_subserver, stream, Proc, HANG};
 
 /// What the proxy does with the bytes it forwards.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -184,45 +175,9 @@ fallback_on_peer_failure: {fallback}
     path
 }
 
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn spawn_reference(cfg: &Path) -> Killed {
-    Killed(
-        Command::new(common::binary())
-            .args(["subserver", "--config"])
-            .arg(cfg)
-            .args(["--model", "reference"])
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// How one request ended.
-fn finish(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
-) -> Result<Usage, RequestError> {
-    let deadline = Instant::now() + HANG;
-    loop {
-        assert!(Instant::now() < deadline, "a request hung");
-        match rx.try_recv() {
-            Ok(StreamEvent::Finished { usage, .. }) => return Ok(usage),
-            Ok(StreamEvent::Failed(e)) => return Err(e),
-            Ok(StreamEvent::Token { .. }) => {}
-            Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
-                thread::sleep(Duration::from_millis(2))
-            }
-            Err(e) => panic!("stream ended without an outcome: {e}"),
-        }
-    }
+/// The reference as a `tokenrouter subserver` process, once it runs.
+fn spawn_reference(cfg: &Path) -> Proc {
+    spawn_subserver(&common::binary(), cfg, "reference", None, &[])
 }
 
 /// Runs `n` requests at once; their outcomes.
@@ -273,11 +228,12 @@ fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
 }
 
 /// Submits bursts until one is served entirely, with no fallback (the
-/// peer is back).
+/// peer is back). A retry of real requests, no sleep: the in-process entry's
+/// reconnection (with its backoff) announces itself by nothing else.
 fn until_served(entry: &MemberService, what: &str) {
     let t0 = Instant::now();
     loop {
-        assert!(t0.elapsed() < HANG, "{what}: the peer never rejoined");
+        assert!(t0.elapsed() < HANG, "hang: {what}: the peer never rejoined");
         let outcomes = burst(entry, 4, 20);
         if outcomes
             .iter()
@@ -309,14 +265,15 @@ fn failed_cleanly(outcomes: &[Result<Usage, RequestError>], entry: &MemberServic
     idle(entry);
 }
 
-/// Waits until the entry holds no request and no KV.
+/// Waits until the entry holds no request and no KV. Kept a poll: the
+/// scheduler thread frees them after the outcomes arrive and signals nothing.
 fn idle(entry: &MemberService) {
     let t0 = Instant::now();
     while entry.member().stats().kv_requests != 0 || entry.member().stats().active != 0 {
         let s = entry.member().stats();
         assert!(
             t0.elapsed() < HANG,
-            "KV or requests still held after the failures: {} requests hold KV, active {}, \
+            "hang: KV or requests still held after the failures: {} requests hold KV, active {}, \
              running {} waiting {} pending {}",
             s.kv_requests,
             s.active,
@@ -400,11 +357,14 @@ fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
 
     // Long requests; the reference dies once it has written some of them.
     let max_tokens = 400;
-    let rxs = submit_long(&entry, max_tokens);
-    let t0 = Instant::now();
-    while entry.member().stats().committed_by_writer[1] == before.committed_by_writer[1] {
-        assert!(t0.elapsed() < HANG, "the reference never wrote");
-        thread::sleep(Duration::from_millis(1));
+    let mut rxs = submit_long(&entry, max_tokens);
+    // Read the first stream up to a token the reference wrote.
+    loop {
+        match stream::recv(&mut rxs[0], "a token from the reference") {
+            Some(StreamEvent::Token { writer: 1, .. }) => break,
+            Some(StreamEvent::Token { .. }) => {}
+            other => panic!("the first request ended before the reference wrote: {other:?}"),
+        }
     }
     drop(child);
     let outcomes: Vec<_> = rxs.into_iter().map(|mut rx| finish(&mut rx)).collect();

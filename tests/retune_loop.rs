@@ -11,10 +11,12 @@ mod retune_support;
 
 use std::time::{Duration, Instant};
 
+use test_support::HANG;
+
 use operator::retune::{
     GroupTuner, GroupView, MetricsSource, PodTarget, TuneOutcome, TuneSettings,
 };
-use retune_support::{Load, SimGroup, Topology, MODELS};
+use retune_support::{wait_until, Load, SimGroup, Topology, MODELS};
 
 const MAX_N: usize = 8;
 
@@ -25,51 +27,19 @@ async fn tick_until_estimated(
     view: &GroupView<'_>,
     settings: &TuneSettings,
 ) -> TuneOutcome {
-    let deadline = Instant::now() + Duration::from_secs(300);
+    // Kept a loop: an estimate needs samples that only accumulate under the
+    // load; the pause paces the ticks like the operator's interval does.
+    let deadline = Instant::now() + HANG;
     loop {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let outcome = tuner.tick(client, view, settings).await.unwrap();
         match outcome {
             TuneOutcome::Baseline | TuneOutcome::TooFewSamples(_) => {
-                assert!(Instant::now() < deadline, "no estimate: {outcome:?}")
+                assert!(Instant::now() < deadline, "hang: no estimate: {outcome:?}")
             }
             _ => return outcome,
         }
     }
-}
-
-/// Waits until every subserver reports `table` on its admin API (a pushed
-/// table is applied by the scheduler thread between two steps).
-fn wait_reported(group: &SimGroup, table: &[Vec<usize>]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = reported_thresholds(group);
-        if now == table {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "subservers report {now:?}, pushed {table:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn reported_thresholds(group: &SimGroup) -> Vec<Vec<usize>> {
-    let client = reqwest::blocking::Client::new();
-    MODELS
-        .iter()
-        .zip(&group.admin)
-        .map(|(model, url)| {
-            let json: serde_json::Value = client
-                .get(format!("{url}/admin/thresholds"))
-                .send()
-                .unwrap()
-                .json()
-                .unwrap();
-            serde_json::from_value(json["delayed_batching_threshold"][model].clone()).unwrap()
-        })
-        .collect()
 }
 
 #[test]
@@ -114,7 +84,9 @@ fn the_loop_tunes_keeps_and_retunes_after_routing_changes_under_load() {
         pushed.0
     );
     // The subservers report the table on their admin API.
-    wait_reported(&group, &table_02);
+    wait_until("the subservers report the p = 0.2 table", || {
+        group.reported_thresholds() == table_02
+    });
 
     // Same routing: within the hysteresis, the table is kept.
     let again = runtime.block_on(tick_until_estimated(&mut tuner, &client, &view, &settings));
@@ -142,7 +114,9 @@ fn the_loop_tunes_keeps_and_retunes_after_routing_changes_under_load() {
         "{last_estimate:?}"
     );
     assert_ne!(table_06, table_02);
-    wait_reported(&group, &table_06);
+    wait_until("the subservers report the p = 0.6 table", || {
+        group.reported_thresholds() == table_06
+    });
     assert_eq!(tuner.applied(), Some(table_06.as_slice()));
 
     let counts = load.stop();

@@ -7,12 +7,9 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-/// Deadline of every wait: only a hang reaches it.
-const HANG: Duration = Duration::from_secs(120);
+use test_support::Proc;
 
 const KEY: &str = "sk-h14-never-logged-7f3a9c";
 const WRONG_KEY: &str = "sk-h14-wrong-key-51bd02";
@@ -50,39 +47,15 @@ fn a_full_run_logs_no_key_and_no_prompt() {
     )
     .unwrap();
     std::fs::write(dir.path().join("keys.txt"), format!("{KEY}\n")).unwrap();
-    let log_path = dir.path().join("serve.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = Command::new(common::binary())
-        .args(["serve", "--config"])
+    let mut cmd = Command::new(common::binary());
+    cmd.args(["serve", "--config"])
         .arg(&cfg)
         .args(["--port", "0"])
         .env("TOKENROUTER_CACHE", common::cache_dir())
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .unwrap();
+        .env("RUST_LOG", "info");
+    let mut child = Proc::spawn("tokenrouter serve", cmd);
     // The bound address is on stdout's "listening on" line.
-    let mut stdout = child.stdout.take().unwrap();
-    let mut seen = String::new();
-    let t0 = Instant::now();
-    let url = loop {
-        assert!(t0.elapsed() < HANG, "serve did not start: {seen}");
-        let mut buf = [0u8; 256];
-        let n = stdout.read(&mut buf).unwrap();
-        assert!(n > 0, "serve exited: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
-        if let Some(line) = seen.lines().find(|l| l.contains("listening on ")) {
-            if seen.contains('\n') {
-                break line
-                    .split("listening on ")
-                    .nth(1)
-                    .unwrap()
-                    .trim()
-                    .to_string();
-            }
-        }
-    };
+    let url = child.wait_after("listening on ");
 
     let completions = format!("{url}/v1/completions");
     let chat = format!("{url}/v1/chat/completions");
@@ -116,17 +89,10 @@ fn a_full_run_logs_no_key_and_no_prompt() {
     );
     assert!(bad.ends_with("400"), "{bad}");
 
-    let term = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(term.success());
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        assert!(t0.elapsed() < HANG, "serve did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let log = std::fs::read_to_string(&log_path).unwrap();
+    child.terminate();
+    child.wait_exit();
+    // Both streams: the log (stderr) and the "listening" line (stdout).
+    let log = child.output();
     assert!(
         log.contains("gateway listening"),
         "the info log was not captured:\n{log}"

@@ -7,33 +7,15 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Instant;
 
+use common::finish;
 use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
-use subserver::scheduler::client::{RequestError, StreamEvent, Usage};
+use subserver::scheduler::client::RequestError;
 use subserver::service::member::MemberService;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Deadline of every wait: only a hang reaches it, even on a loaded machine.
-const HANG: Duration = Duration::from_secs(90);
+use test_support::{free_port, spawn_subserver, HANG};
 
 fn get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -46,20 +28,6 @@ fn get(port: u16, path: &str) -> Option<String> {
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     Some(out)
-}
-
-fn finish(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<StreamEvent>,
-) -> Result<Usage, RequestError> {
-    let deadline = Instant::now() + HANG;
-    loop {
-        assert!(Instant::now() < deadline, "request did not end");
-        match rx.try_recv() {
-            Ok(StreamEvent::Finished { usage, .. }) => return Ok(usage),
-            Ok(StreamEvent::Failed(e)) => return Err(e),
-            _ => std::thread::sleep(Duration::from_millis(2)),
-        }
-    }
 }
 
 #[test]
@@ -83,28 +51,8 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
         ),
     )
     .unwrap();
-    let child = Command::new(common::binary())
-        .args(["subserver", "--config"])
-        .arg(&cfg_path)
-        .args([
-            "--model",
-            "reference",
-            "--admin",
-            &format!("127.0.0.1:{admin}"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child = Killed(child);
-    let deadline = Instant::now() + HANG;
-    while get(admin, "/health").is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "the reference subserver did not come up"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Its "running" line: its peer listener and admin port are up.
+    let child = spawn_subserver(&common::binary(), &cfg_path, "reference", Some(admin), &[]);
 
     let cfg = EngineConfig::from_file(&cfg_path).unwrap();
     let entry = MemberService::start(&cfg, "quick", None).unwrap();
@@ -129,6 +77,7 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
     assert!(large > 0, "no token was written by the other process");
     // Once idle, both processes report zero active requests: the entry
     // counts its own, the reference hears the count with each release.
+    // Kept a poll: a metric value is the only sign of that count.
     let deadline = Instant::now() + HANG;
     loop {
         let metrics = get(admin, "/metrics").unwrap();
@@ -140,7 +89,7 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
         }
         assert!(
             Instant::now() < deadline,
-            "still active: entry {}, reference metrics:\n{}",
+            "hang: still active: entry {}, reference metrics:\n{}",
             entry.member().stats().active,
             metrics
                 .lines()
@@ -148,7 +97,8 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
                 .collect::<Vec<_>>()
                 .join("\n")
         );
-        std::thread::sleep(Duration::from_millis(50));
+        // Spaces the scrapes only; no outcome rides on its length.
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let metrics = get(admin, "/metrics").unwrap();
     let steps: f64 = metrics

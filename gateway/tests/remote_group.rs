@@ -8,65 +8,14 @@
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-/// Catches hangs only; every wait below ends on an event.
-const HANG: Duration = Duration::from_secs(180);
-
-/// A child process killed when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `tokenrouter`, beside this test's own directory in the target folder.
-fn tokenrouter() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let bin = exe.parent().unwrap().parent().unwrap().join("tokenrouter");
-    assert!(
-        bin.is_file(),
-        "{} is missing: build it first (cargo build --release --bin tokenrouter)",
-        bin.display()
-    );
-    bin
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use test_support::{free_port, sibling_binary, spawn_subserver, Proc};
 
 fn curl(args: &[&str]) -> String {
     let out = Command::new("curl").args(args).output().unwrap();
     String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn wait_health(url: &str) {
-    let start = Instant::now();
-    while curl(&[
-        "-s",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        &format!("{url}/health"),
-    ]) != "200"
-    {
-        assert!(start.elapsed() < HANG, "{url} never became healthy");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -87,46 +36,24 @@ fn torch_free_gateway_serves_a_remote_group() {
         ),
     )
     .unwrap();
-    let member = |model: &str, admin: Option<u16>| {
-        let mut cmd = Command::new(tokenrouter());
-        cmd.args(["subserver", "--config"])
-            .arg(&cfg)
-            .args(["--model", model])
-            .env("TOKENROUTER_CACHE", &cache)
-            .env("RUST_LOG", "warn");
-        if let Some(p) = admin {
-            cmd.args(["--admin", &format!("127.0.0.1:{p}")]);
-        }
-        Proc(cmd.spawn().unwrap())
-    };
-    let _reference = member("reference", None);
-    let _quick = member("quick", Some(admin));
-    wait_health(&entry);
+    let tokenrouter = sibling_binary("tokenrouter");
+    let cache = cache.to_str().unwrap();
+    let envs = [("TOKENROUTER_CACHE", cache)];
+    let _reference = spawn_subserver(&tokenrouter, &cfg, "reference", None, &envs);
+    let _quick = spawn_subserver(&tokenrouter, &cfg, "quick", Some(admin), &envs);
 
-    let gw_bin = env!("CARGO_BIN_EXE_tokenrouter-gateway");
-    let mut child = Command::new(gw_bin)
-        .args(["--config"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tokenrouter-gateway"));
+    cmd.args(["--config"])
         .arg(&cfg)
         .args(["--port", "0"])
-        .env("TOKENROUTER_CACHE", &cache)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let _gw = Proc(child);
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if let Some(url) = line.split("listening on ").nth(1) {
-                let _ = tx.send(url.trim().to_string());
-            }
-        }
+        .env("TOKENROUTER_CACHE", cache)
+        .env("RUST_LOG", "info");
+    let mut gw = Proc::spawn("tokenrouter-gateway", cmd);
+    let url = gw.wait_after("listening on ");
+    // Its /health is 200 once it has seen the group healthy.
+    gw.wait_line("the gateway sees the group healthy", |l| {
+        l.contains("group health changed") && l.contains("up=true")
     });
-    let url = rx
-        .recv_timeout(HANG)
-        .expect("tokenrouter-gateway did not start");
-    wait_health(&url);
 
     let body = curl(&[
         "-s",

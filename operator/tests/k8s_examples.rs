@@ -15,7 +15,9 @@ use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Container, PersistentVolumeClaim, Secret};
 use k8s_openapi::ByteString;
-use k8s_support::{client, install_crd, kubernetes_validate, namespace, trds, wait_for, Operator};
+use k8s_support::{
+    changes, client, install_crd, kubernetes_validate, namespace, trds, wait_for, Operator,
+};
 use kube::api::{Api, PostParams};
 use kube::Client;
 
@@ -101,13 +103,17 @@ async fn apply(client: &Client, prefix: &str, file: &str) -> (String, Vec<Statef
             .collect(),
         Placement::PodPerGroup => vec![format!("{name}-group")],
     };
-    let found = wait_for(&format!("{file}: StatefulSets {wanted:?}"), || async {
-        let mut out = Vec::new();
-        for set in &wanted {
-            out.push(sets.get_opt(set).await.ok()??);
-        }
-        Some(out)
-    })
+    let found = wait_for(
+        &format!("{file}: StatefulSets {wanted:?}"),
+        vec![changes(&sets)],
+        || async {
+            let mut out = Vec::new();
+            for set in &wanted {
+                out.push(sets.get_opt(set).await.ok()??);
+            }
+            Some(out)
+        },
+    )
     .await;
     (ns, found)
 }

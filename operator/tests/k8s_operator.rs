@@ -90,10 +90,23 @@ async fn replicas(client: &Client, ns: &str, name: &str) -> Option<i32> {
     sets.get_opt(name).await.ok()??.spec?.replicas
 }
 
+/// Changes of every kind [`owned`] lists.
+fn owned_changes(client: &Client, ns: &str) -> Vec<Changes> {
+    vec![
+        changes(&Api::<ConfigMap>::namespaced(client.clone(), ns)),
+        changes(&Api::<Deployment>::namespaced(client.clone(), ns)),
+        changes(&Api::<Service>::namespaced(client.clone(), ns)),
+        changes(&Api::<Secret>::namespaced(client.clone(), ns)),
+        changes(&Api::<StatefulSet>::namespaced(client.clone(), ns)),
+    ]
+}
+
 async fn wait_owned(client: &Client, ns: &str, want: &BTreeSet<String>) {
-    wait_for(&format!("owned objects {want:?}"), || async {
-        (owned(client, ns).await == *want).then_some(())
-    })
+    wait_for(
+        &format!("owned objects {want:?}"),
+        owned_changes(client, ns),
+        || async { (owned(client, ns).await == *want).then_some(()) },
+    )
     .await;
 }
 
@@ -283,11 +296,18 @@ async fn apply_edit_scale_status_and_delete() {
     )
     .await
     .unwrap();
-    wait_for("2 replicas per model", || async {
-        let small = replicas(&client, &ns, "demo-small").await?;
-        let big = replicas(&client, &ns, "demo-big").await?;
-        (small == 2 && big == 2).then_some(())
-    })
+    wait_for(
+        "2 replicas per model",
+        vec![changes(&Api::<StatefulSet>::namespaced(
+            client.clone(),
+            &ns,
+        ))],
+        || async {
+            let small = replicas(&client, &ns, "demo-small").await?;
+            let big = replicas(&client, &ns, "demo-big").await?;
+            (small == 2 && big == 2).then_some(())
+        },
+    )
     .await;
     assert_eq!(
         owned(&client, &ns).await,
@@ -310,11 +330,18 @@ async fn apply_edit_scale_status_and_delete() {
     )
     .await
     .unwrap();
-    wait_for("3 replicas per model", || async {
-        (replicas(&client, &ns, "demo-small").await? == 3
-            && replicas(&client, &ns, "demo-big").await? == 3)
-            .then_some(())
-    })
+    wait_for(
+        "3 replicas per model",
+        vec![changes(&Api::<StatefulSet>::namespaced(
+            client.clone(),
+            &ns,
+        ))],
+        || async {
+            (replicas(&client, &ns, "demo-small").await? == 3
+                && replicas(&client, &ns, "demo-big").await? == 3)
+                .then_some(())
+        },
+    )
     .await;
 
     // Status follows readiness set on the StatefulSets' and gateway's status.
@@ -330,7 +357,7 @@ async fn apply_edit_scale_status_and_delete() {
         )
         .await
         .unwrap();
-    wait_for("Ready=True with 3 groups", || async {
+    wait_for("Ready=True with 3 groups", vec![changes(&api)], || async {
         let t = api.get("demo").await.ok()?;
         let s = t.status?;
         (condition(&s.conditions, "Ready")? == "True" && s.groups == 3).then_some(())
@@ -339,7 +366,7 @@ async fn apply_edit_scale_status_and_delete() {
     let scale = api.get_scale("demo").await.unwrap();
     assert_eq!(scale.status.as_ref().map(|s| s.replicas), Some(3));
     set_set_status(&client, &ns, "demo-big", 3, 1).await;
-    let reason = wait_for("Ready=False", || async {
+    let reason = wait_for("Ready=False", vec![changes(&api)], || async {
         let s = api.get("demo").await.ok()?.status?;
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready")?;
         (ready.status == "False").then(|| ready.reason.clone())
@@ -369,7 +396,7 @@ async fn apply_edit_scale_status_and_delete() {
 
     // Delete: everything it owned goes, then the resource.
     api.delete("demo", &DeleteParams::default()).await.unwrap();
-    wait_for("the resource gone", || async {
+    wait_for("the resource gone", vec![changes(&api)], || async {
         api.get_opt("demo").await.ok()?.is_none().then_some(())
     })
     .await;
@@ -496,10 +523,14 @@ async fn operator_killed_mid_reconcile_converges_without_duplicates_or_orphans()
     let mut healthy = spawn(None);
     wait_owned(&client, &ns, &expected("chaos", &["small", "other"])).await;
     let generation = api.get("chaos").await.unwrap().metadata.generation;
-    wait_for("status of the last generation", || async {
-        let s = api.get("chaos").await.ok()?.status?;
-        (s.observed_generation == generation).then_some(())
-    })
+    wait_for(
+        "status of the last generation",
+        vec![changes(&api)],
+        || async {
+            let s = api.get("chaos").await.ok()?.status?;
+            (s.observed_generation == generation).then_some(())
+        },
+    )
     .await;
     // Converged: still exactly one of each, owned by the resource.
     assert_eq!(
@@ -507,10 +538,17 @@ async fn operator_killed_mid_reconcile_converges_without_duplicates_or_orphans()
         expected("chaos", &["small", "other"])
     );
     api.delete("chaos", &DeleteParams::default()).await.unwrap();
-    wait_for("cleanup", || async {
-        (api.get_opt("chaos").await.ok()?.is_none() && owned(&client, &ns).await.is_empty())
-            .then_some(())
-    })
+    wait_for(
+        "cleanup",
+        owned_changes(&client, &ns)
+            .into_iter()
+            .chain([changes(&api)])
+            .collect(),
+        || async {
+            (api.get_opt("chaos").await.ok()?.is_none() && owned(&client, &ns).await.is_empty())
+                .then_some(())
+        },
+    )
     .await;
     healthy.kill().unwrap();
     healthy.wait().unwrap();

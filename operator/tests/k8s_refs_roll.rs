@@ -30,10 +30,14 @@ async fn degraded(client: &Client, ns: &str, name: &str) -> Option<(String, Stri
 }
 
 async fn wait_degraded(client: &Client, ns: &str, name: &str, reason: &str) -> String {
-    wait_for(&format!("Degraded=True {reason}"), || async {
-        let (status, r, message) = degraded(client, ns, name).await?;
-        (status == "True" && r == reason).then_some(message)
-    })
+    wait_for(
+        &format!("Degraded=True {reason}"),
+        vec![changes(&trds(client, ns))],
+        || async {
+            let (status, r, message) = degraded(client, ns, name).await?;
+            (status == "True" && r == reason).then_some(message)
+        },
+    )
     .await
 }
 
@@ -62,7 +66,7 @@ async fn missing_secret_and_pvc_are_conditions_that_clear() {
         "{message}"
     );
     let events: Api<Event> = Api::namespaced(client.clone(), &ns);
-    wait_for("a SecretNotFound Event", || async {
+    wait_for("a SecretNotFound Event", vec![changes(&events)], || async {
         let list = events.list(&ListParams::default()).await.ok()?;
         list.items
             .iter()
@@ -123,12 +127,16 @@ async fn missing_secret_and_pvc_are_conditions_that_clear() {
     }))
     .unwrap();
     claims.create(&PostParams::default(), &claim).await.unwrap();
-    wait_for("Degraded=False", || async {
-        let (status, reason, _) = degraded(&client, &ns, "refs").await?;
-        (status == "False" && reason == "AsExpected").then_some(())
-    })
+    wait_for(
+        "Degraded=False",
+        vec![changes(&trds(&client, &ns))],
+        || async {
+            let (status, reason, _) = degraded(&client, &ns, "refs").await?;
+            (status == "False" && reason == "AsExpected").then_some(())
+        },
+    )
     .await;
-    wait_for("the serving StatefulSets", || async {
+    wait_for("the serving StatefulSets", vec![changes(&sets)], || async {
         (sets.list(&ListParams::default()).await.ok()?.items.len() == 2).then_some(())
     })
     .await;
@@ -172,7 +180,7 @@ async fn an_edit_rolls_every_model_of_one_group_at_a_time() {
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
     let models = ["roll-small", "roll-big"];
     // Fresh sets: no partition; every pod ready on the first revision.
-    let first = wait_for("both sets, partition 0", || async {
+    let first = wait_for("both sets, partition 0", vec![changes(&sets)], || async {
         let a = roll_state(&sets, models[0]).await?;
         let b = roll_state(&sets, models[1]).await?;
         (a.0 == 0 && b.0 == 0).then_some([a.1, b.1])
@@ -192,14 +200,18 @@ async fn an_edit_rolls_every_model_of_one_group_at_a_time() {
     .unwrap();
     let mut hashes = Vec::new();
     for p in (0..=3).rev() {
-        let (states, hash) = wait_for(&format!("partition {p} on both sets"), || async {
-            let a = roll_state(&sets, models[0]).await?;
-            let b = roll_state(&sets, models[1]).await?;
-            // Both sets carry the edited template (they are applied one
-            // after the other).
-            let edited = a.1 != first[0] && b.1 != first[1];
-            (edited && a.0 <= p && b.0 <= p).then_some(([a.0, b.0], [a.1, b.1]))
-        })
+        let (states, hash) = wait_for(
+            &format!("partition {p} on both sets"),
+            vec![changes(&sets)],
+            || async {
+                let a = roll_state(&sets, models[0]).await?;
+                let b = roll_state(&sets, models[1]).await?;
+                // Both sets carry the edited template (they are applied one
+                // after the other).
+                let edited = a.1 != first[0] && b.1 != first[1];
+                (edited && a.0 <= p && b.0 <= p).then_some(([a.0, b.0], [a.1, b.1]))
+            },
+        )
         .await;
         assert_eq!(
             states,
@@ -232,7 +244,7 @@ async fn an_edit_rolls_every_model_of_one_group_at_a_time() {
         )
         .await
         .unwrap();
-    wait_for("Ready after the roll", || async {
+    wait_for("Ready after the roll", vec![changes(&api)], || async {
         let s = api.get("roll").await.ok()?.status?;
         let ready = s.conditions.iter().find(|c| c.type_ == "Ready")?;
         (ready.status == "True").then_some(())
@@ -275,7 +287,7 @@ async fn autoscaler_reads_the_gateway_through_its_endpointslice() {
     let replicas = |want: i32| {
         let sets = sets.clone();
         async move {
-            wait_for(&format!("{want} groups"), || async {
+            wait_for(&format!("{want} groups"), vec![changes(&sets)], || async {
                 let a = sets.get("auto-small").await.ok()?.spec?.replicas?;
                 let b = sets.get("auto-big").await.ok()?.spec?.replicas?;
                 (a == want && b == want).then_some(())
@@ -300,7 +312,7 @@ async fn autoscaler_reads_the_gateway_through_its_endpointslice() {
     slices.create(&PostParams::default(), &slice).await.unwrap();
     // ceil(7 / 2) = 4 groups, every model together.
     replicas(4).await;
-    wait_for("observedConcurrency 7", || async {
+    wait_for("observedConcurrency 7", vec![changes(&api)], || async {
         (api.get("auto").await.ok()?.status?.observed_concurrency? == 7).then_some(())
     })
     .await;

@@ -154,3 +154,19 @@ pub fn greedy_alone(
         .map(|c| c.tokens)
         .collect()
 }
+
+/// How one request ended (its tokens skipped); a hang guard only catches a
+/// request that never ends.
+pub fn finish(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<subserver::scheduler::client::StreamEvent>,
+) -> Result<subserver::scheduler::client::Usage, subserver::scheduler::client::RequestError> {
+    use subserver::scheduler::client::StreamEvent;
+    loop {
+        match test_support::stream::recv(rx, "a request ended") {
+            Some(StreamEvent::Finished { usage, .. }) => return Ok(usage),
+            Some(StreamEvent::Failed(e)) => return Err(e),
+            Some(StreamEvent::Token { .. }) => {}
+            None => panic!("stream ended without an outcome"),
+        }
+    }
+}

@@ -7,9 +7,8 @@
 
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -33,14 +32,8 @@ pub enum Topology {
     InProcess,
 }
 
-/// A free loopback port (bound and released; the OS does not hand it out again at once).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind a free port")
-        .local_addr()
-        .expect("local address")
-        .port()
-}
+pub use test_support::free_port;
+use test_support::Proc;
 
 /// The group config: Random at `p` on the sim pair, with `transport` YAML.
 pub fn config_yaml(p: f64, transport: &str, thresholds: Option<&str>) -> String {
@@ -62,15 +55,6 @@ pub fn config_yaml(p: f64, transport: &str, thresholds: Option<&str>) -> String 
     )
 }
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A running pair; dropping it stops it.
 pub struct SimGroup {
     /// Admin base URLs (`http://host:port`), one per model (the same URL
@@ -78,7 +62,7 @@ pub struct SimGroup {
     pub admin: Vec<String>,
     /// Bearer token of the control endpoints (`TOKENROUTER_ADMIN_TOKEN` of the processes).
     pub token: Option<String>,
-    children: Vec<Killed>,
+    children: Vec<Proc>,
     service: Option<subserver::service::Service>,
     _dir: tempfile::TempDir,
 }
@@ -119,13 +103,7 @@ impl SimGroup {
                     .zip(admin)
                     .rev()
                     .map(|(model, port)| {
-                        Killed(spawn_subserver(
-                            binary,
-                            &cfg_path,
-                            model,
-                            port,
-                            token.as_deref(),
-                        ))
+                        spawn_subserver(binary, &cfg_path, model, port, token.as_deref())
                     })
                     .collect();
                 let group = SimGroup {
@@ -138,7 +116,7 @@ impl SimGroup {
                     service: None,
                     _dir: dir,
                 };
-                group.wait_healthy();
+                group.check_healthy();
                 group
             }
             Topology::InProcess => {
@@ -155,7 +133,7 @@ impl SimGroup {
                     service: Some(service),
                     _dir: dir,
                 };
-                group.wait_healthy();
+                group.check_healthy();
                 group
             }
         }
@@ -166,23 +144,45 @@ impl SimGroup {
         &self.admin[0]
     }
 
-    fn wait_healthy(&self) {
+    /// Checks every admin `/health` once: the processes said they run (the
+    /// in-process group is up once `Service::start` returned).
+    fn check_healthy(&self) {
         let client = client();
-        let deadline = Instant::now() + Duration::from_secs(60);
         for url in &self.admin {
-            loop {
-                let ok = client
-                    .get(format!("{url}/health"))
-                    .send()
-                    .map(|r| r.status().is_success())
-                    .unwrap_or(false);
-                if ok {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "{url} did not become healthy");
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            let r = client
+                .get(format!("{url}/health"))
+                .send()
+                .unwrap_or_else(|e| panic!("GET {url}/health: {e}"));
+            assert!(r.status().is_success(), "{url}/health: {}", r.status());
         }
+    }
+
+    /// Per model (in [`MODELS`] order), its name and the JSON of `GET {admin}{path}`.
+    fn admin_json(&self, path: &str) -> Vec<(&'static str, serde_json::Value)> {
+        let client = client();
+        MODELS
+            .iter()
+            .zip(&self.admin)
+            .map(|(model, url)| {
+                let json = self
+                    .authorized(client.get(format!("{url}{path}")))
+                    .send()
+                    .and_then(|r| r.json())
+                    .unwrap_or_else(|e| panic!("GET {url}{path}: {e}"));
+                (*model, json)
+            })
+            .collect()
+    }
+
+    /// Per model, the B table its admin API reports (`GET /admin/thresholds`).
+    pub fn reported_thresholds(&self) -> Vec<Vec<usize>> {
+        self.admin_json("/admin/thresholds")
+            .into_iter()
+            .map(|(model, json)| {
+                serde_json::from_value(json["delayed_batching_threshold"][model].clone())
+                    .expect("a B table")
+            })
+            .collect()
     }
 
     /// One scrape of every model's `/metrics`, merged.
@@ -209,16 +209,9 @@ impl SimGroup {
     /// (`/admin/state`): the latency the group really runs at, which the
     /// machine's load can stretch beyond the configured sleep.
     pub fn step_stats(&self) -> Vec<(f64, f64)> {
-        let client = client();
-        MODELS
-            .iter()
-            .zip(&self.admin)
-            .map(|(model, url)| {
-                let state: serde_json::Value = self
-                    .authorized(client.get(format!("{url}/admin/state")))
-                    .send()
-                    .and_then(|r| r.json())
-                    .unwrap_or_else(|e| panic!("GET {url}/admin/state: {e}"));
+        self.admin_json("/admin/state")
+            .into_iter()
+            .map(|(model, state)| {
                 let stats = if state["models"].is_object() {
                     &state["models"][model]
                 } else {
@@ -287,25 +280,20 @@ impl SimGroup {
     }
 }
 
+/// Model `model` as a `tokenrouter subserver` process, once it runs (its
+/// "running" line: admin port bound, scheduler started).
 fn spawn_subserver(
     binary: &Path,
     cfg: &Path,
     model: &str,
     admin: u16,
     token: Option<&str>,
-) -> Child {
-    let mut command = Command::new(binary);
-    if let Some(token) = token {
-        command.env(subserver::http::access::TOKEN_ENV, token);
-    }
-    command
-        .args(["subserver", "--config"])
-        .arg(cfg)
-        .args(["--model", model, "--admin", &format!("127.0.0.1:{admin}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()))
+) -> Proc {
+    let envs: Vec<(&str, &str)> = token
+        .map(|t| (subserver::http::access::TOKEN_ENV, t))
+        .into_iter()
+        .collect();
+    test_support::spawn_subserver(binary, cfg, model, Some(admin), &envs)
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -441,4 +429,19 @@ fn client_loop(
         }
     }
     counts
+}
+
+/// Re-checks `probe` until it holds. Kept a poll: a table applied by a
+/// scheduler thread shows only on the admin API and `/metrics`, with no
+/// event to wait on; [`test_support::HANG`] only catches a hang.
+pub fn wait_until(what: &str, mut probe: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !probe() {
+        assert!(
+            start.elapsed() < test_support::HANG,
+            "hang: {what} never happened"
+        );
+        // Spaces the reads only; no outcome rides on its length.
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

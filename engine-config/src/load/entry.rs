@@ -213,7 +213,7 @@ mod tests {
         let paths: Vec<_> = c.models().iter().map(|m| m.path.clone().unwrap()).collect();
         assert_eq!(
             paths[0],
-            Path::new("/work/repo/.cache/models/smollm2-135m-l12")
+            Path::new("/work/repo/.cache/models/smollm2-135m-l12-healed")
         );
         assert_eq!(paths[1], Path::new("/work/repo/.cache/models/smollm2-135m"));
         assert_eq!(c.policy().name.as_str(), "RStitch");

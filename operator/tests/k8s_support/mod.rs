@@ -2,19 +2,24 @@
 //! kit that `make test-k8s` starts, or any cluster named by `KUBECONFIG`).
 #![allow(dead_code)]
 
+use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crds::TokenRouterDeployment;
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
+use serde::de::DeserializeOwned;
 
 /// Only catches hangs: every wait ends on an observed event long before.
-pub const HANG: Duration = Duration::from_secs(120);
+pub const HANG: Duration = Duration::from_secs(300);
 
 /// `make test-k8s` sets this: a missing cluster is then a failure, not a skip.
 pub fn required() -> bool {
@@ -78,20 +83,44 @@ pub async fn namespace(client: &Client, prefix: &str) -> String {
     name
 }
 
-/// Polls `probe` until it returns `Some`; panics (naming `what`) on a hang.
-pub async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+/// Wakes [`wait_for`] once per change of any object of `api`'s kind (and
+/// on its initial list): a kube `watcher` on the kind.
+pub fn changes<K>(api: &Api<K>) -> Changes
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .map(|_| ())
+        .boxed()
+}
+
+/// A stream of wake-ups, one per observed change (see [`changes`]).
+pub type Changes = BoxStream<'static, ()>;
+
+/// Runs `probe` now and again after every change `watch` observes, until it
+/// returns `Some`. The watches start (list, then watch) before the second
+/// probe, so no change is missed; [`HANG`] only turns a hang into a failure
+/// naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, watch: Vec<Changes>, mut probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = probe().await {
-            return v;
+    let mut wake = futures::stream::select_all(watch);
+    let run = async {
+        loop {
+            if let Some(v) = probe().await {
+                return v;
+            }
+            if wake.next().await.is_none() {
+                panic!("the watches ended while waiting for {what}");
+            }
         }
-        assert!(start.elapsed() < HANG, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    tokio::time::timeout(HANG, run)
+        .await
+        .unwrap_or_else(|_| panic!("hang: {what} never happened within {HANG:?}"))
 }
 
 /// A two-model sim resource (no weights needed), `podPerModel`.

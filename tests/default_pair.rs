@@ -1,0 +1,89 @@
+//! The pair `make run` serves (config/default.yaml, built in): the healed
+//! 12-layer SmolLM2 exit and the full model under R-Stitch. Before healing
+//! the exit wrote near-nonsense and the default threshold handed every
+//! token to the large model; these tests hold the fix to what a user sees.
+
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
+mod common;
+
+use subserver::config::EngineConfig;
+use subserver::service::Service;
+use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
+
+const HEALED: &str = "smollm2-135m-l12-healed";
+
+/// Questions in the style users ask, none from the benchmark set.
+const QUESTIONS: [&str; 4] = [
+    "What is 7 times 8?",
+    "Give me two tips to sleep better.",
+    "Explain what a noun is in one sentence.",
+    "A bag has 12 red and 9 blue marbles. How many marbles are in the bag?",
+];
+
+fn chat_prompts() -> Vec<Vec<u32>> {
+    let dir = common::model_dir(HEALED);
+    let template = ChatTemplate::from_dir(&dir).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir).unwrap();
+    QUESTIONS
+        .iter()
+        .map(|q| {
+            let text = template
+                .render(
+                    &[ChatMessage::new("user", *q)],
+                    true,
+                    &serde_json::Map::new(),
+                )
+                .unwrap();
+            tokenizer.encode(&text, false).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_pair_is_the_healed_exit_and_the_full_model() {
+    let cfg = EngineConfig::embedded_default().unwrap();
+    let paths: Vec<_> = cfg
+        .models()
+        .iter()
+        .map(|m| m.path.clone().unwrap())
+        .collect();
+    assert!(
+        paths[0].ends_with(HEALED),
+        "quick model: {}",
+        paths[0].display()
+    );
+    assert!(paths[1].ends_with("smollm2-135m"));
+}
+
+#[test]
+fn healing_raised_the_exits_agreement_with_the_full_model() {
+    // heal.json is what the distillation measured on held-out answers.
+    let text = std::fs::read_to_string(common::model_dir(HEALED).join("heal.json")).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let agreement = |at: &str| report[at]["top1_agreement"].as_f64().unwrap();
+    let (before, after) = (agreement("held_out_before"), agreement("held_out_after"));
+    assert!(
+        after > before + 0.1,
+        "healing did not help: top-1 agreement {before:.3} -> {after:.3}"
+    );
+}
+
+#[test]
+fn the_default_group_routes_between_both_models() {
+    common::model_dir(HEALED);
+    let cfg = EngineConfig::embedded_default().unwrap();
+    let service = Service::start(&cfg, None).unwrap();
+    let runs = common::greedy_routed(service.group(), chat_prompts(), 48);
+    let mut by_model = [0usize; 2];
+    for (toks, writers, usage) in &runs {
+        common::check_accounting(toks, writers, usage);
+        for m in 0..2 {
+            by_model[m] += usage.tokens_by_model[m];
+        }
+    }
+    // Both models write: the small one is trusted where it is sure and the
+    // large one takes the positions where it is not.
+    assert!(by_model[0] > 0, "the healed exit wrote nothing: {by_model:?}");
+    assert!(by_model[1] > 0, "the full model wrote nothing: {by_model:?}");
+}
