@@ -255,6 +255,19 @@ mod tests {
         assert!(!waiter.join().unwrap());
     }
 
+    /// A two-model group state with its inboxes' receiving ends.
+    fn two_models() -> (
+        GroupShared,
+        crate::scheduler::inbox::InboxReceiver,
+        crate::scheduler::inbox::InboxReceiver,
+    ) {
+        let g = GroupShared::new(2);
+        let (tx0, rx0) = crate::scheduler::inbox::inbox();
+        let (tx1, rx1) = crate::scheduler::inbox::inbox();
+        g.set_inboxes(vec![tx0, tx1]);
+        (g, rx0, rx1)
+    }
+
     /// The race that made delayed batching start below `B`: model 0 has
     /// just ended a step and is about to start its next one, model 1 is
     /// parked under its threshold. Model 0 is still awake, so model 1 must
@@ -286,10 +299,7 @@ mod tests {
     /// last to sleep wakes only the parked ones.
     #[test]
     fn the_last_parked_thread_is_refused_sleep() {
-        let g = GroupShared::new(2);
-        let (tx0, rx0) = crate::scheduler::inbox::inbox();
-        let (tx1, rx1) = crate::scheduler::inbox::inbox();
-        g.set_inboxes(vec![tx0, tx1]);
+        let (g, rx0, rx1) = two_models();
         assert!(g.sleep(1, true)); // model 1 parks while model 0 steps
         assert!(rx1.try_recv().is_err());
         assert!(g.sleep(0, false)); // model 0 has nothing: model 1 is nudged
@@ -314,10 +324,7 @@ mod tests {
     /// the chain's batch was the second cause of the N=8 gap).
     #[test]
     fn a_delivery_is_announced_and_ends_with_a_nudge() {
-        let g = GroupShared::new(2);
-        let (tx0, rx0) = crate::scheduler::inbox::inbox();
-        let (tx1, rx1) = crate::scheduler::inbox::inbox();
-        g.set_inboxes(vec![tx0, tx1]);
+        let (g, rx0, rx1) = two_models();
         assert!(!g.delivering());
         g.delivery_started();
         assert!(g.delivering());
