@@ -78,12 +78,18 @@ fn the_default_group_routes_between_both_models() {
     let mut by_model = [0usize; 2];
     for (toks, writers, usage) in &runs {
         common::check_accounting(toks, writers, usage);
-        for m in 0..2 {
-            by_model[m] += usage.tokens_by_model[m];
+        for (total, n) in by_model.iter_mut().zip(&usage.tokens_by_model) {
+            *total += n;
         }
     }
     // Both models write: the small one is trusted where it is sure and the
     // large one takes the positions where it is not.
-    assert!(by_model[0] > 0, "the healed exit wrote nothing: {by_model:?}");
-    assert!(by_model[1] > 0, "the full model wrote nothing: {by_model:?}");
+    assert!(
+        by_model[0] > 0,
+        "the healed exit wrote nothing: {by_model:?}"
+    );
+    assert!(
+        by_model[1] > 0,
+        "the full model wrote nothing: {by_model:?}"
+    );
 }

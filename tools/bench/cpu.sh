@@ -5,9 +5,9 @@
 # share and agreement with large-only greedy output; one results page.
 source "$(dirname "$0")/common.sh"
 NS=${NS:-1,4,8}
-PROMPTS=${PROMPTS:-16}
-MAX_TOKENS=${MAX_TOKENS:-128}
-TAUS=${TAUS:-0.05 0.1 0.2}
+PROMPTS=${PROMPTS:-10}
+MAX_TOKENS=${MAX_TOKENS:-96}
+TAUS=${TAUS:-0.2 0.3 0.5}
 PAGE=${PAGE:-$ROOT/docs/results/cpu.md}
 DATA=${DATA:-$ROOT/data/eval/math30.jsonl}
 common=(--dataset "$DATA" --concurrency "$NS" --num-prompts "$PROMPTS" --max-tokens "$MAX_TOKENS" --warmup 1)

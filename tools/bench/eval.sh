@@ -5,8 +5,8 @@
 source "$(dirname "$0")/common.sh"
 LIMIT=${LIMIT:-30}
 MAX_TOKENS=${MAX_TOKENS:-256}
-N=${N:-4}
-TAU=${TAU:-0.1}
+N=${N:-8}
+TAU=${TAU:-0.3}
 PAGE=${PAGE:-$ROOT/docs/results/eval.md}
 DATA=${DATA:-$ROOT/data/eval/math30.jsonl}
 mkdir -p "$RAW/eval"

@@ -219,7 +219,7 @@ mod tests {
         assert_eq!(c.policy().name.as_str(), "RStitch");
         assert_eq!(
             c.policy().kwargs.get("threshold"),
-            Some(&serde_json::json!(0.03))
+            Some(&serde_json::json!(0.3))
         );
         assert_eq!(c.backend(), Backend::Tch);
         assert_eq!(c.device(), DeviceSpec::Cpu);
