@@ -17,7 +17,7 @@ check() {
         echo "check_torch_free: $what: no libtorch"
     fi
 }
-for crate in protocol textio engine-config tuner crds operator loadgen; do
+for crate in protocol textio engine-config tuner crds operator loadgen logging; do
     check "$crate" -p "$crate"
 done
 check "gateway --no-default-features" -p gateway --no-default-features

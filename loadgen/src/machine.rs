@@ -35,6 +35,9 @@ pub fn describe() -> String {
 
 /// The short commit of the working tree, with `-dirty` when it has
 /// uncommitted changes to tracked files; "unknown" outside a git checkout.
+/// Changes under `docs/results/` do not count: `make bench` writes its
+/// pages one after another, and an earlier page is not a change to what
+/// the next one measures.
 pub fn commit() -> String {
     let run = |args: &[&str]| {
         Command::new("git")
@@ -46,7 +49,14 @@ pub fn commit() -> String {
     };
     match run(&["rev-parse", "--short=10", "HEAD"]) {
         Some(hash) => {
-            let dirty = run(&["status", "--porcelain", "--untracked-files=no"])
+            let dirty = run(&[
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ":(top)",
+                ":(top,exclude)docs/results",
+            ])
                 .is_some_and(|s| !s.is_empty());
             if dirty {
                 format!("{hash}-dirty")

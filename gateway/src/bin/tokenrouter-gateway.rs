@@ -14,13 +14,7 @@ struct Cli {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init();
     match gateway::cli::run(Cli::parse().args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
