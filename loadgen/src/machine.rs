@@ -57,7 +57,7 @@ pub fn commit() -> String {
                 ":(top)",
                 ":(top,exclude)docs/results",
             ])
-                .is_some_and(|s| !s.is_empty());
+            .is_some_and(|s| !s.is_empty());
             if dirty {
                 format!("{hash}-dirty")
             } else {
