@@ -22,7 +22,7 @@ REF_PKGS      := torch==$(TORCH_VERSION) transformers==4.57.6 safetensors sympy 
 # The real client the gateway's test suite drives.
 OPENAI_PKGS   := openai==1.109.1
 
-export LIBTORCH          := $(CACHE)/libtorch
+export LIBTORCH          ?= $(CACHE)/libtorch
 export TOKENROUTER_CACHE := $(CACHE)
 export TOKENROUTER_PYTHON := $(PY)
 
