@@ -11,6 +11,8 @@ ROOT=$(cd "$HERE/../.." && pwd)
 SMALL=${SMALL:-$MODELS/smollm2-135m-l12-healed}
 RAW_EXIT=$MODELS/smollm2-135m-l12
 LARGE=$MODELS/smollm2-135m
+# The port servers bind (0: any free one; set it to keep to a port range).
+SERVE_PORT=${SERVE_PORT:-0}
 mkdir -p "$RAW/configs"
 # When and under what load the measurement began: `report` dates the page
 # from here, not from the moment it assembles the page.
@@ -61,7 +63,7 @@ YAML
 bench_serve() {
   local label=$1 config=$2; shift 2
   "$HERE/with_server.sh" "$RAW/$label/server.log" auto -- \
-    "$BIN" serve --config "$config" --host 127.0.0.1 --port 0 --- \
+    "$BIN" serve --config "$config" --host 127.0.0.1 --port "$SERVE_PORT" --- \
     "$BIN" bench --url "{URL}" --model default --large-model reference --label "$label" \
     --out "$RAW/$label" --no-progress "$@"
 }

