@@ -176,7 +176,7 @@ bench-cpu: assets venv-ref
 bench-policies: assets
 	$(BENCH_ENV) tools/bench/policies.sh
 
-# `tokenrouter eval` per method on data/eval/math30.jsonl.
+# `tokenrouter eval` per method on data/eval/short300.jsonl (DATA= for another set).
 bench-eval: assets
 	$(BENCH_ENV) tools/bench/eval.sh
 

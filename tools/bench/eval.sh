@@ -10,7 +10,7 @@ source "$(dirname "$0")/common.sh"
 LIMIT=${LIMIT:-300}
 MAX_TOKENS=${MAX_TOKENS:-32}
 N=${N:-8}
-TAUS=${TAUS:-0.1 0.2 0.3 0.5 0.7}
+TAUS=${TAUS:-0.05 0.1 0.2 0.3 0.5}
 PAGE=${PAGE:-$ROOT/docs/results/eval.md}
 DATA=${DATA:-$ROOT/data/eval/short300.jsonl}
 mkdir -p "$RAW/eval"

@@ -58,15 +58,10 @@ pub struct ReportArgs {
     eval_random: Vec<String>,
     /// Eval labels of the small-only and large-only runs, SMALL,LARGE: the
     /// page checks that large-only beats small-only beyond their intervals.
-    #[arg(long = "eval-ends", value_delimiter = ',', num_args = 2)]
+    #[arg(long = "eval-ends", value_delimiter = ',')]
     eval_ends: Vec<String>,
     /// Legend names of the token-level, query-level and random curves.
-    #[arg(
-        long = "eval-curve-names",
-        value_delimiter = ',',
-        num_args = 3,
-        default_values_t = ["token-level".to_string(), "query-level".to_string(), "random token-level".to_string()]
-    )]
+    #[arg(long = "eval-curve-names", value_delimiter = ',')]
     eval_curve_names: Vec<String>,
     /// When the measurement began (UTC), if before this command; the page's date.
     #[arg(long, requires = "load_start")]
@@ -265,6 +260,14 @@ fn add_eval_verdicts(
     assets: &Path,
     stem: &str,
 ) -> Result<()> {
+    if !matches!(args.eval_ends.len(), 0 | 2) {
+        bail!("--eval-ends expects SMALL,LARGE (two labels)");
+    }
+    let names: Vec<&str> = match args.eval_curve_names.as_slice() {
+        [] => vec!["token-level", "query-level", "random token-level"],
+        [a, b, c] => vec![a, b, c],
+        _ => bail!("--eval-curve-names expects three names: TOKEN,QUERY,RANDOM"),
+    };
     if let [small, large] = args.eval_ends.as_slice() {
         let (s, l) = (find(reports, small)?, find(reports, large)?);
         let (lo, hi) = difference_interval(l.correct, l.total, s.correct, s.total);
@@ -295,7 +298,6 @@ fn add_eval_verdicts(
     let tagged: Vec<(Family, &EvalReport)> =
         reports.iter().map(|r| (family(&r.label), r)).collect();
     if tagged.iter().any(|(_, r)| r.large_share.is_some()) {
-        let names: Vec<&str> = args.eval_curve_names.iter().map(String::as_str).collect();
         let file = accuracy::pareto(assets, &tagged, [names[0], names[1], names[2]])?;
         page.image("accuracy against large share", &format!("{stem}/{file}"));
     }
