@@ -273,7 +273,8 @@ fn add_eval_verdicts(
         let (lo, hi) = difference_interval(l.correct, l.total, s.correct, s.total);
         let d = l.correct as f64 / l.total.max(1) as f64 - s.correct as f64 / s.total.max(1) as f64;
         page.para(&format!(
-            "Does the set separate the two models? `{large}` minus `{small}`: {:+.1} points              (95% CI {:+.1} to {:+.1}, Newcombe): **{}**.",
+            "Does the set separate the two models? `{large}` minus `{small}`: {:+.1} points \
+             (95% CI {:+.1} to {:+.1}, Newcombe): **{}**.",
             100.0 * d,
             100.0 * lo,
             100.0 * hi,
