@@ -81,6 +81,11 @@ impl Page {
 
     /// The full page text, with the end-of-run load average read now.
     pub fn render(&self) -> String {
+        self.render_ending_at(machine::load_average())
+    }
+
+    /// The page text given the end-of-run load average.
+    fn render_ending_at(&self, load_end: Option<f64>) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "# {}\n", self.title);
         let _ = writeln!(
@@ -92,7 +97,6 @@ impl Page {
         let _ = writeln!(out, "| date (UTC) | {} |", self.started);
         let _ = writeln!(out, "| commit | `{}` |", self.commit);
         let _ = writeln!(out, "| machine | {} |", self.machine);
-        let load_end = machine::load_average();
         let _ = writeln!(
             out,
             "| load average (1 min) | {} at start, {} at end |\n",
@@ -163,13 +167,15 @@ mod tests {
     fn a_page_started_on_a_busy_machine_is_marked_noisy() {
         let mut p = Page::begin("T", "make t");
         p.started_at("2026-01-01 00:00", Some(7.5));
-        assert!(p
-            .render()
-            .contains("**Noisy: measured at a load average of"));
+        let busy = p.render_ending_at(Some(0.2));
+        assert!(
+            busy.contains("**Noisy: measured at a load average of 7.50"),
+            "{busy}"
+        );
         p.started_at("2026-01-01 00:00", Some(0.1));
-        let quiet = p.render();
-        // The end-of-run load is this machine's now: only check the start is not flagged.
-        let loaded = machine::load_average().is_some_and(|l| l > crate::verdict::NOISY_LOAD);
-        assert_eq!(quiet.contains("**Noisy"), loaded);
+        assert!(!p.render_ending_at(Some(1.9)).contains("**Noisy"));
+        assert!(p
+            .render_ending_at(Some(2.4))
+            .contains("load average of 2.40"));
     }
 }

@@ -32,7 +32,7 @@ use crate::routing::{Dest, RoutingPolicy, StepView};
 /// Prompt entropies a `query_share` calibration remembers.
 pub const CALIBRATION_WINDOW: usize = 1024;
 /// The draw stream of random query-level routing (apart from per-token draws).
-const QUERY_STREAM: u64 = 0x5175_6572_79;
+const QUERY_STREAM: u64 = 0x0051_7565_7279;
 /// The threshold before any prompt is seen, when `query_share` is set alone.
 const DEFAULT_ENTROPY_THRESHOLD: f64 = 0.5;
 
