@@ -5,6 +5,8 @@ use tch::{Device, Kind, Tensor};
 
 use tch::TchError;
 
+use crate::op_count::op;
+
 /// Per-layer key/value tensors indexed by slot.
 pub struct KvStorage {
     keys: Vec<Tensor>,
@@ -60,16 +62,16 @@ impl KvStorage {
         k: &Tensor,
         v: &Tensor,
     ) -> Result<(), TchError> {
-        let _ = self.keys[layer].f_index_copy_(0, slots, k)?;
-        let _ = self.values[layer].f_index_copy_(0, slots, v)?;
+        let _ = op(self.keys[layer].f_index_copy_(0, slots, k))?;
+        let _ = op(self.values[layer].f_index_copy_(0, slots, v))?;
         Ok(())
     }
 
     /// Reads keys and values of `layer` at `slots` (any shape, flattened).
     pub fn gather(&self, layer: usize, slots: &Tensor) -> Result<(Tensor, Tensor), TchError> {
         Ok((
-            self.keys[layer].f_index_select(0, slots)?,
-            self.values[layer].f_index_select(0, slots)?,
+            op(self.keys[layer].f_index_select(0, slots))?,
+            op(self.values[layer].f_index_select(0, slots))?,
         ))
     }
 }

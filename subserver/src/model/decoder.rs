@@ -2,6 +2,8 @@
 //! with grouped-query attention over the paged KV cache, SwiGLU MLP, final
 //! norm and head. One forward serves a ragged batch (see `model::layout`).
 
+use std::cell::Cell;
+
 use tch::{Device, Kind, Tensor};
 use tracing::warn;
 
@@ -11,18 +13,16 @@ use crate::model::config::{Architecture, ModelConfig};
 use crate::model::layout::BatchLayout;
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
+use crate::op_count::{op, ops_so_far};
 
 /// RMSNorm as transformers computes it: statistics in f32, scale in the model dtype.
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {
     let kind = x.kind();
-    let xf = x.f_to_kind(Kind::Float)?;
-    let var = xf
-        .f_pow_tensor_scalar(2)?
-        .f_mean_dim(-1, true, Kind::Float)?;
-    let normed = xf
-        .f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?
-        .f_to_kind(kind)?;
-    Ok(normed.f_mul(weight)?)
+    let xf = op(x.f_to_kind(Kind::Float))?;
+    let var = op(op(xf.f_pow_tensor_scalar(2))?.f_mean_dim(-1, true, Kind::Float))?;
+    let r = op(op(var.f_add_scalar(eps))?.f_rsqrt())?;
+    let normed = op(op(xf.f_mul(&r))?.f_to_kind(kind))?;
+    Ok(op(normed.f_mul(weight))?)
 }
 
 struct Layer {
@@ -50,6 +50,8 @@ pub struct Decoder {
     rope: Rope,
     kind: Kind,
     device: Device,
+    /// libtorch calls of the last forward (see `crate::op_count`).
+    last_ops: Cell<u64>,
 }
 
 impl Decoder {
@@ -139,7 +141,13 @@ impl Decoder {
             rope: Rope::new(cfg, kind, device)?,
             kind,
             device,
+            last_ops: Cell::new(0),
         })
+    }
+
+    /// libtorch calls (ATen ops, views included) the last forward made.
+    pub fn ops_last_forward(&self) -> u64 {
+        self.last_ops.get()
     }
 
     /// The configuration it was built from.
@@ -186,16 +194,15 @@ impl Decoder {
         let hd = cfg.head_dim() as i64;
         let eps = cfg.rms_norm_eps;
         let t = layout.num_tokens;
+        let ops_before = ops_so_far();
         let (cos, sin) = self.rope.tables(&layout.positions)?;
-        let mut x = self.embed.f_index_select(0, &layout.tokens)?;
+        let mut x = op(self.embed.f_index_select(0, &layout.tokens))?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.input_norm, eps)?;
-            let qkv = h.f_linear(&layer.qkv, layer.qkv_bias.as_ref())?;
-            let mut q = qkv.f_narrow(1, 0, nh * hd)?.f_view([t, nh, hd])?;
-            let mut k = qkv.f_narrow(1, nh * hd, nkv * hd)?.f_view([t, nkv, hd])?;
-            let v = qkv
-                .f_narrow(1, (nh + nkv) * hd, nkv * hd)?
-                .f_view([t, nkv, hd])?;
+            let qkv = op(h.f_linear(&layer.qkv, layer.qkv_bias.as_ref()))?;
+            let mut q = op(op(qkv.f_narrow(1, 0, nh * hd))?.f_view([t, nh, hd]))?;
+            let mut k = op(op(qkv.f_narrow(1, nh * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
+            let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
                 q = rms_norm(&q, qn, eps)?;
                 k = rms_norm(&k, kn, eps)?;
@@ -204,16 +211,15 @@ impl Decoder {
             let k = Rope::apply(&k, &cos, &sin)?;
             kv.write(li, &layout.slots, &k, &v)?;
             let attn = self.attention(layout, kv, li, &q)?;
-            let o = attn.f_linear(&layer.o_proj, layer.o_bias.as_ref())?;
-            x = x.f_add(&o)?;
+            let o = op(attn.f_linear(&layer.o_proj, layer.o_bias.as_ref()))?;
+            x = op(x.f_add(&o))?;
             let h = rms_norm(&x, &layer.post_norm, eps)?;
-            let gu = h.f_linear::<Tensor>(&layer.gate_up, None)?;
+            let gu = op(h.f_linear::<Tensor>(&layer.gate_up, None))?;
             let inter = cfg.intermediate_size as i64;
-            let act = gu
-                .f_narrow(1, 0, inter)?
-                .f_silu()?
-                .f_mul(&gu.f_narrow(1, inter, inter)?)?;
-            x = x.f_add(&act.f_linear::<Tensor>(&layer.down, None)?)?;
+            let gate = op(op(gu.f_narrow(1, 0, inter))?.f_silu())?;
+            let act = op(gate.f_mul(&op(gu.f_narrow(1, inter, inter))?))?;
+            let down = op(act.f_linear::<Tensor>(&layer.down, None))?;
+            x = op(x.f_add(&down))?;
         }
         let entropies = match entropy_rows {
             Some(rows) => {
@@ -228,11 +234,10 @@ impl Decoder {
             }
             None => None,
         };
-        let last = x.f_index_select(0, &layout.last)?;
+        let last = op(x.f_index_select(0, &layout.last))?;
         let hidden = rms_norm(&last, &self.norm, eps)?;
-        let logits = hidden
-            .f_linear::<Tensor>(&self.lm_head, None)?
-            .f_to_kind(Kind::Float)?;
+        let logits = op(op(hidden.f_linear::<Tensor>(&self.lm_head, None))?.f_to_kind(Kind::Float))?;
+        self.last_ops.set(ops_so_far() - ops_before);
         Ok((logits, hidden, entropies))
     }
 
@@ -252,16 +257,16 @@ impl Decoder {
         let (b, qm, cm) = (layout.batch, layout.q_max, layout.ctx_max);
         let (k_all, v_all) = kv.gather(layer, &layout.gather)?;
         // [B*ctx, nkv, hd] -> [B, nkv, ctx, hd]
-        let k = k_all.f_view([b, cm, nkv, hd])?.f_transpose(1, 2)?;
-        let v = v_all.f_view([b, cm, nkv, hd])?.f_transpose(1, 2)?;
+        let k = op(op(k_all.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
+        let v = op(op(v_all.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
         let q_pad = if layout.is_dense {
             q.shallow_clone()
         } else {
-            let zero = Tensor::f_zeros([1, nh, hd], (q.kind(), q.device()))?;
-            Tensor::f_cat(&[q, &zero], 0)?.f_index_select(0, &layout.q_pad)?
+            let zero = op(Tensor::f_zeros([1, nh, hd], (q.kind(), q.device())))?;
+            op(op(Tensor::f_cat(&[q, &zero], 0))?.f_index_select(0, &layout.q_pad))?
         };
-        let q4 = q_pad.f_view([b, qm, nh, hd])?.f_transpose(1, 2)?;
-        let out = Tensor::f_scaled_dot_product_attention(
+        let q4 = op(op(q_pad.f_view([b, qm, nh, hd]))?.f_transpose(1, 2))?;
+        let out = op(Tensor::f_scaled_dot_product_attention(
             &q4,
             &k,
             &v,
@@ -270,12 +275,12 @@ impl Decoder {
             false,
             1.0 / (hd as f64).sqrt(),
             nh != nkv,
-        )?;
-        let out = out.f_transpose(1, 2)?.f_reshape([b * qm, nh * hd])?;
+        ))?;
+        let out = op(op(out.f_transpose(1, 2))?.f_reshape([b * qm, nh * hd]))?;
         if layout.is_dense {
             Ok(out)
         } else {
-            Ok(out.f_index_select(0, &layout.q_valid)?)
+            Ok(op(out.f_index_select(0, &layout.q_valid))?)
         }
     }
 }

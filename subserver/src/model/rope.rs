@@ -5,6 +5,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::error::EngineError;
 use crate::model::config::ModelConfig;
+use crate::op_count::op;
 
 /// Precomputed cos/sin tables of shape `[max_positions, head_dim]`.
 pub struct Rope {
@@ -84,17 +85,17 @@ impl Rope {
 
     /// cos/sin rows for `positions` (`[T]` int64), shaped `[T, 1, head_dim]`.
     pub fn tables(&self, positions: &Tensor) -> Result<(Tensor, Tensor), EngineError> {
-        let cos = self.cos.f_index_select(0, positions)?.f_unsqueeze(1)?;
-        let sin = self.sin.f_index_select(0, positions)?.f_unsqueeze(1)?;
+        let cos = op(op(self.cos.f_index_select(0, positions))?.f_unsqueeze(1))?;
+        let sin = op(op(self.sin.f_index_select(0, positions))?.f_unsqueeze(1))?;
         Ok((cos, sin))
     }
 
     /// Applies the rotation to `x` of shape `[T, heads, head_dim]`.
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, EngineError> {
         let half = x.size()[2] / 2;
-        let x1 = x.f_narrow(2, 0, half)?;
-        let x2 = x.f_narrow(2, half, half)?;
-        let rotated = Tensor::f_cat(&[&x2.f_neg()?, &x1], 2)?;
-        Ok(x.f_mul(cos)?.f_add(&rotated.f_mul(sin)?)?)
+        let x1 = op(x.f_narrow(2, 0, half))?;
+        let x2 = op(x.f_narrow(2, half, half))?;
+        let rotated = op(Tensor::f_cat(&[&op(x2.f_neg())?, &x1], 2))?;
+        Ok(op(op(x.f_mul(cos))?.f_add(&op(rotated.f_mul(sin))?))?)
     }
 }
