@@ -1,6 +1,14 @@
 //! The decoder shared by Llama, Qwen2 and Qwen3: embeddings, pre-norm blocks
 //! with grouped-query attention over the paged KV cache, SwiGLU MLP, final
 //! norm and head. One forward serves a ragged batch (see `model::layout`).
+//!
+//! Kept to few libtorch calls per token, since on a CPU each costs a
+//! dispatch whatever its size: q, k, v and gate, up are one matmul each
+//! (weights concatenated at load, whatever the loader); norms are ATen's
+//! `rms_norm`; q and k get their RoPE in one pass (a roll and a sign-folded
+//! sine table: no `rotate_half` cat); residual adds and the SwiGLU gate
+//! run in place; and K/V are read through the block table once per step
+//! for all layers (`KvStorage::gather_context`), not gathered per layer.
 
 use std::cell::Cell;
 
@@ -15,14 +23,11 @@ use crate::model::rope::Rope;
 use crate::model::weights::Weights;
 use crate::op_count::{op, ops_so_far};
 
-/// RMSNorm as transformers computes it: statistics in f32, scale in the model dtype.
+/// RMSNorm as transformers computes it (ATen's `rms_norm`: statistics in
+/// f32, normalized value cast back, then the weight in the model dtype).
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {
-    let kind = x.kind();
-    let xf = op(x.f_to_kind(Kind::Float))?;
-    let var = op(op(xf.f_pow_tensor_scalar(2))?.f_mean_dim(-1, true, Kind::Float))?;
-    let r = op(op(var.f_add_scalar(eps))?.f_rsqrt())?;
-    let normed = op(op(xf.f_mul(&r))?.f_to_kind(kind))?;
-    Ok(op(normed.f_mul(weight))?)
+    let last = x.size().last().copied().unwrap_or(1);
+    Ok(op(x.f_rms_norm([last], Some(weight), eps))?)
 }
 
 struct Layer {
@@ -30,8 +35,9 @@ struct Layer {
     /// q, k and v projections stacked along the output dimension.
     qkv: Tensor,
     qkv_bias: Option<Tensor>,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
+    /// Qwen3's per-head q and k norm weights, as one `[heads + kv_heads,
+    /// head_dim]` table, so q and k are normalized in one pass.
+    qk_norm: Option<Tensor>,
     o_proj: Tensor,
     o_bias: Option<Tensor>,
     post_norm: Tensor,
@@ -90,13 +96,15 @@ impl Decoder {
             } else {
                 None
             };
-            let (q_norm, k_norm) = if arch == Architecture::Qwen3 {
-                (
-                    Some(w.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?),
-                    Some(w.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?),
-                )
+            let qk_norm = if arch == Architecture::Qwen3 {
+                let qn = w.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?;
+                let kn = w.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?;
+                Some(Tensor::f_cat(
+                    &[qn.f_expand([nh, hd], false)?, kn.f_expand([nkv, hd], false)?],
+                    0,
+                )?)
             } else {
-                (None, None)
+                None
             };
             let o_bias = if cfg.attention_bias {
                 Some(w.take(&format!("{p}.self_attn.o_proj.bias"), &[h])?)
@@ -109,8 +117,7 @@ impl Decoder {
                 input_norm: w.take(&format!("{p}.input_layernorm.weight"), &[h])?,
                 qkv: Tensor::f_cat(&[q, k, v], 0)?,
                 qkv_bias: bias,
-                q_norm,
-                k_norm,
+                qk_norm,
                 o_proj: w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
                 o_bias,
                 post_norm: w.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
@@ -195,32 +202,38 @@ impl Decoder {
         let eps = cfg.rms_norm_eps;
         let t = layout.num_tokens;
         let ops_before = ops_so_far();
+        let inter = cfg.intermediate_size as i64;
         let (cos, sin) = self.rope.tables(&layout.positions)?;
+        let mut ctx = kv.gather_context(&layout.gather)?;
         let mut x = op(self.embed.f_index_select(0, &layout.tokens))?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.input_norm, eps)?;
             let qkv = op(h.f_linear(&layer.qkv, layer.qkv_bias.as_ref()))?;
-            let mut q = op(op(qkv.f_narrow(1, 0, nh * hd))?.f_view([t, nh, hd]))?;
-            let mut k = op(op(qkv.f_narrow(1, nh * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
-            let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = rms_norm(&q, qn, eps)?;
-                k = rms_norm(&k, kn, eps)?;
+            // q and k side by side as `[T, heads + kv_heads, head_dim]`.
+            let mut qk = op(op(qkv.f_narrow(1, 0, (nh + nkv) * hd))?.f_view([t, nh + nkv, hd]))?;
+            if let Some(w) = &layer.qk_norm {
+                let normed = op(qk.f_rms_norm([hd], None::<Tensor>, eps))?;
+                qk = op(normed.f_mul(w))?;
             }
-            let q = Rope::apply(&q, &cos, &sin)?;
-            let k = Rope::apply(&k, &cos, &sin)?;
-            kv.write(li, &layout.slots, &k, &v)?;
-            let attn = self.attention(layout, kv, li, &q)?;
+            let qk = Rope::apply(&qk, &cos, &sin)?;
+            let q = op(qk.f_narrow(1, 0, nh))?;
+            let k = op(qk.f_narrow(1, nh, nkv))?;
+            let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
+            ctx.write(li, &layout.new_rows, &k, &v)?;
+            let attn = self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?;
             let o = op(attn.f_linear(&layer.o_proj, layer.o_bias.as_ref()))?;
-            x = op(x.f_add(&o))?;
+            let _ = op(x.f_add_(&o))?;
             let h = rms_norm(&x, &layer.post_norm, eps)?;
             let gu = op(h.f_linear::<Tensor>(&layer.gate_up, None))?;
-            let inter = cfg.intermediate_size as i64;
-            let gate = op(op(gu.f_narrow(1, 0, inter))?.f_silu())?;
-            let act = op(gate.f_mul(&op(gu.f_narrow(1, inter, inter))?))?;
-            let down = op(act.f_linear::<Tensor>(&layer.down, None))?;
-            x = op(x.f_add(&down))?;
+            // SwiGLU in place on the gate half of `gu`.
+            let mut gate = op(gu.f_narrow(1, 0, inter))?;
+            let _ = op(gate.f_silu_())?;
+            let _ = op(gate.f_mul_(&op(gu.f_narrow(1, inter, inter))?))?;
+            let down = op(gate.f_linear::<Tensor>(&layer.down, None))?;
+            let _ = op(x.f_add_(&down))?;
         }
+        kv.commit(&ctx, &layout.new_rows, &layout.slots)?;
+        drop(ctx);
         let entropies = match entropy_rows {
             Some(rows) => {
                 let h = rms_norm(&x.f_index_select(0, rows)?, &self.norm, eps)?;
@@ -243,11 +256,12 @@ impl Decoder {
 
     /// Attention of the new queries against each item's whole context,
     /// padded to `[B, heads, q_max, ctx_max]` with a causal/padding mask.
+    /// `k_ctx`, `v_ctx`: this layer's gathered context, `[B * ctx_max, kv_heads, head_dim]`.
     fn attention(
         &self,
         layout: &BatchLayout,
-        kv: &KvStorage,
-        layer: usize,
+        k_ctx: &Tensor,
+        v_ctx: &Tensor,
         q: &Tensor,
     ) -> Result<Tensor, EngineError> {
         let cfg = &self.cfg;
@@ -255,10 +269,9 @@ impl Decoder {
         let nkv = cfg.kv_heads() as i64;
         let hd = cfg.head_dim() as i64;
         let (b, qm, cm) = (layout.batch, layout.q_max, layout.ctx_max);
-        let (k_all, v_all) = kv.gather(layer, &layout.gather)?;
         // [B*ctx, nkv, hd] -> [B, nkv, ctx, hd]
-        let k = op(op(k_all.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
-        let v = op(op(v_all.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
+        let k = op(op(k_ctx.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
+        let v = op(op(v_ctx.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
         let q_pad = if layout.is_dense {
             q.shallow_clone()
         } else {
