@@ -26,8 +26,8 @@ use subserver::engine::EngineLimits;
 use subserver::policy::{build, Placement};
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::runner::ModelRunner;
-use subserver::sampling::{Sampler, SamplingParams};
 use subserver::sampling::signals::row_stats;
+use subserver::sampling::{Sampler, SamplingParams};
 use subserver::scheduler::batching::ExecutionMode;
 use subserver::scheduler::client::StreamEvent;
 use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
@@ -196,14 +196,15 @@ fn micros(iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
 /// temperature 0.8 with top-k 50, top-p 0.95, min-p 0.01).
 fn sampling_costs(vocab: usize) -> Result<Vec<Vec<String>>> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
-    let row: Vec<f32> = (0..vocab)
-        .map(|_| rng.random_range(-8.0f32..8.0))
-        .collect();
+    let row: Vec<f32> = (0..vocab).map(|_| rng.random_range(-8.0f32..8.0)).collect();
     let t = tch::Tensor::from_slice(&row).view([1, vocab as i64]);
     let iters = 200;
     let chain = micros(iters, || {
         let logp = t.f_log_softmax(-1, tch::Kind::Float)?;
-        let h = logp.f_exp()?.f_mul(&logp)?.f_sum_dim_intlist(-1, false, tch::Kind::Float)?;
+        let h = logp
+            .f_exp()?
+            .f_mul(&logp)?
+            .f_sum_dim_intlist(-1, false, tch::Kind::Float)?;
         let _ = Vec::<f32>::try_from(&h.f_neg()?)?;
         Ok(())
     })?;
@@ -370,7 +371,8 @@ fn main() -> Result<()> {
     page.table(&["work per row", "us"], &sampling_costs(vocab)?);
     if let Some(path) = &args.profile_out {
         if profile.prefill_ms.is_nan() {
-            profile.prefill_ms = decode_run(&args.model, dtype, 1, args.prompt_tokens, 1)?.prefill_ms;
+            profile.prefill_ms =
+                decode_run(&args.model, dtype, 1, args.prompt_tokens, 1)?.prefill_ms;
         }
         let rel = profile.relative();
         page.para(&format!(

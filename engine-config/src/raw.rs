@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 use super::backend::Backend;
+use super::dtype_choice::DTypeSetting;
 use super::execution_mode::ExecutionMode;
 use super::ordered_map::OrderedMap;
-use super::dtype_choice::DTypeSetting;
 use super::placement::DeviceSpec;
 use super::transport::TransportKind;
 

@@ -185,7 +185,11 @@ mod tests {
             for (a, b, what) in [
                 (got.logsumexp, want.logsumexp, "lse"),
                 (got.entropy, want.entropy, "entropy"),
-                (got.normalized_entropy, want.normalized_entropy, "normalized"),
+                (
+                    got.normalized_entropy,
+                    want.normalized_entropy,
+                    "normalized",
+                ),
                 (got.max_prob, want.max_prob, "max prob"),
             ] {
                 assert!(rel(a, b) < 1e-5, "{what}: {a} vs {b} (n {n}, seed {seed})");

@@ -9,12 +9,12 @@ use serde_yaml::Value;
 
 use super::{positive, resolve_path, Env};
 use crate::backend::Backend;
+use crate::dtype_choice::DTypeSetting;
 use crate::env_expand::expand_env;
 use crate::error::ConfigError;
 use crate::hf_cache;
 use crate::latency::{LatencyError, LatencyModel};
 use crate::model::{ModelSpec, SimModel, DEFAULT_SIM_VOCAB_SIZE};
-use crate::dtype_choice::DTypeSetting;
 use crate::placement::DeviceSpec;
 use crate::raw::{RawLatency, RawModel, RawSimModel};
 use crate::system::{KvBudget, DEFAULT_MEM_FRACTION_CPU, DEFAULT_MEM_FRACTION_CUDA};

@@ -2,6 +2,7 @@ use super::*;
 use crate::gateway::GatewayConfig;
 use crate::latency::LatencyModel;
 use crate::model::DEFAULT_SIM_VOCAB_SIZE;
+use crate::placement::DType;
 use crate::system::{KvBudget, SystemConfig};
 use crate::transport::DEFAULT_PEER_TIMEOUT_MS;
 

@@ -94,10 +94,7 @@ impl KvStorage {
             // reallocates rarely.
             let cap = numel.max(have + have / 2);
             let opts = (self.keys.kind(), self.keys.device());
-            self.buffers = Some((
-                Tensor::f_empty([cap], opts)?,
-                Tensor::f_empty([cap], opts)?,
-            ));
+            self.buffers = Some((Tensor::f_empty([cap], opts)?, Tensor::f_empty([cap], opts)?));
         }
         let Some((k, v)) = &self.buffers else {
             return Ok(None);

@@ -100,7 +100,10 @@ impl Decoder {
                 let qn = w.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?;
                 let kn = w.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?;
                 Some(Tensor::f_cat(
-                    &[qn.f_expand([nh, hd], false)?, kn.f_expand([nkv, hd], false)?],
+                    &[
+                        qn.f_expand([nh, hd], false)?,
+                        kn.f_expand([nkv, hd], false)?,
+                    ],
                     0,
                 )?)
             } else {
@@ -249,7 +252,8 @@ impl Decoder {
         };
         let last = op(x.f_index_select(0, &layout.last))?;
         let hidden = rms_norm(&last, &self.norm, eps)?;
-        let logits = op(op(hidden.f_linear::<Tensor>(&self.lm_head, None))?.f_to_kind(Kind::Float))?;
+        let logits =
+            op(op(hidden.f_linear::<Tensor>(&self.lm_head, None))?.f_to_kind(Kind::Float))?;
         self.last_ops.set(ops_so_far() - ops_before);
         Ok((logits, hidden, entropies))
     }

@@ -78,7 +78,10 @@ impl Rope {
         let half = freqs.size()[1];
         let sin = emb.f_sin()?;
         let signed_sin = Tensor::f_cat(
-            &[sin.f_narrow(1, 0, half)?.f_neg()?, sin.f_narrow(1, half, half)?],
+            &[
+                sin.f_narrow(1, 0, half)?.f_neg()?,
+                sin.f_narrow(1, half, half)?,
+            ],
             1,
         )?;
         let table = Tensor::f_stack(&[emb.f_cos()?, signed_sin], 1)?.f_to_kind(kind)?;

@@ -84,7 +84,9 @@ mod tests {
         assert_eq!(h.sample_row(0, 2).unwrap(), &[1., 2.]);
         assert!(h.row(2).is_none());
         // Refilled with fewer rows and another dtype: the buffer is reused.
-        let t = Tensor::from_slice(&[7f32, 8.]).view([1, 2]).to_kind(Kind::BFloat16);
+        let t = Tensor::from_slice(&[7f32, 8.])
+            .view([1, 2])
+            .to_kind(Kind::BFloat16);
         h.refill(&t).unwrap();
         assert_eq!(h.to_rows(), vec![vec![7., 8.]]);
         let bad = Tensor::from_slice(&[1f32, 2.]);

@@ -205,9 +205,8 @@ impl<R: ModelRunner> Scheduler<R> {
         let logits = out.logits.as_ref().map(pick).transpose()?;
         let hidden = out.hidden.as_ref().map(pick).transpose()?;
         // Signals over the full head row, as the policies always read them.
-        let signals: Option<Vec<kernels::RowStats>> = rows
-            .filter(|_| self.policy.wants_logit_signals())
-            .map(|r| {
+        let signals: Option<Vec<kernels::RowStats>> =
+            rows.filter(|_| self.policy.wants_logit_signals()).map(|r| {
                 route_rows
                     .iter()
                     .filter_map(|&i| r.row(i as usize).map(kernels::row_stats))
