@@ -141,19 +141,7 @@ pub fn row_stats(row: &[f32]) -> RowStats {
 mod tests {
     use super::*;
     use crate::routing_signals;
-
-    fn rel(a: f32, b: f32) -> f32 {
-        (a - b).abs() / b.abs().max(1e-2)
-    }
-
-    fn row(n: usize, seed: u32, scale: f32) -> Vec<f32> {
-        (0..n as u32)
-            .map(|i| {
-                let h = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
-                ((h % 20_000) as f32 / 10_000.0 - 1.0) * scale
-            })
-            .collect()
-    }
+    use crate::signals::tests::{rel, row};
 
     #[test]
     fn exp_matches_std_on_the_shifted_range() {

@@ -221,14 +221,16 @@ pub fn routing_signals_one_pass(row: &[f32], k: usize, threads: usize) -> Routin
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rel(a: f32, b: f32) -> f32 {
+    /// Relative difference, floored at 0.01 in the denominator.
+    pub(crate) fn rel(a: f32, b: f32) -> f32 {
         (a - b).abs() / b.abs().max(1e-2)
     }
 
-    fn row(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+    /// A hashed test row of `n` logits in `[-scale, scale)`.
+    pub(crate) fn row(n: usize, seed: u32, scale: f32) -> Vec<f32> {
         (0..n as u32)
             .map(|i| {
                 let h = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
