@@ -5,7 +5,12 @@
 //! 3. transformers on the same checkpoint with the same threads.
 //!
 //! Usage: bench_engine --model DIR --python PY [--batches 1,4,16,64]
-//!        [--prompt-tokens 32] [--gen-tokens 32] [--threads 2] [--out FILE]
+//!        [--prompt-tokens 32] [--gen-tokens 32] [--threads 2] [--dtype auto]
+//!        [--out FILE]
+//!
+//! The page ends with computed verdicts for issue 22's targets (engine at
+//! batch 16 against its bare forward and against transformers) and the
+//! libtorch calls per decode step, before and now.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -16,12 +21,13 @@ use clap::Parser;
 use loadgen::page::Page;
 use rand::{Rng, SeedableRng};
 use subserver::bench::profile::{decode_run, StepProfile};
-use subserver::config::KvBudget;
+use subserver::config::{cpu_bf16_flags, DType, DTypeSetting, DeviceSpec, KvBudget};
 use subserver::engine::EngineLimits;
 use subserver::policy::{build, Placement};
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::runner::ModelRunner;
-use subserver::sampling::SamplingParams;
+use subserver::sampling::signals::row_stats;
+use subserver::sampling::{Sampler, SamplingParams};
 use subserver::scheduler::batching::ExecutionMode;
 use subserver::scheduler::client::StreamEvent;
 use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
@@ -40,6 +46,10 @@ struct Args {
     gen_tokens: usize,
     #[arg(long, default_value_t = 2)]
     threads: i32,
+    /// auto (bf16 on a CPU with native bf16, f32 elsewhere), f32 or bf16:
+    /// every side runs in it, transformers included.
+    #[arg(long, default_value = "auto")]
+    dtype: DTypeSetting,
     #[arg(long)]
     out: Option<PathBuf>,
     /// Save the bare forward's step profile (JSON) for `bench-ablation`.
@@ -50,8 +60,9 @@ struct Args {
 /// Decode tokens/s of the engine: `batch` requests submitted at once; the
 /// clock runs from the moment every request has its first token (prefill
 /// done) to the last token, like the bare-forward and transformers figures.
-fn engine(args: &Args, batch: usize) -> Result<f64> {
+fn engine(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
     let mut opts = TchRunnerOptions::new(&args.model);
+    opts.dtype = dtype;
     opts.kv_budget = KvBudget::Tokens(batch * (args.prompt_tokens + args.gen_tokens + 32));
     opts.enable_prefix_cache = false;
     let runner = TchRunner::load(&opts)?;
@@ -129,7 +140,7 @@ fn engine(args: &Args, batch: usize) -> Result<f64> {
     Ok(after as f64 / (b - a).as_secs_f64().max(1e-9))
 }
 
-fn theirs(args: &Args, batch: usize) -> Result<f64> {
+fn theirs(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/hf_bench.py");
     let out = Command::new(&args.python)
         .arg(script)
@@ -138,6 +149,7 @@ fn theirs(args: &Args, batch: usize) -> Result<f64> {
         .args(["--prompt-tokens", &args.prompt_tokens.to_string()])
         .args(["--gen-tokens", &args.gen_tokens.to_string()])
         .args(["--threads", &args.threads.to_string()])
+        .args(["--dtype", &dtype.to_string()])
         .output()
         .context("run hf_bench.py")?;
     if !out.status.success() {
@@ -154,35 +166,137 @@ fn theirs(args: &Args, batch: usize) -> Result<f64> {
         .context("decode_tok_s missing")
 }
 
+/// libtorch calls per decode step of the bare forward before issue 22's
+/// changes (fused norms, joint RoPE, K/V gathered once per step), at batch
+/// 1 and 16, counted by the same `op_count` counter at commit 8f80e19
+/// (the old decoder instrumented; SmolLM2-135M, 30 layers).
+const OPS_BEFORE: [(usize, u64); 2] = [(1, 1786), (16, 1786)];
+
+/// Load average above which the machine counts as busy: the page says noisy.
+const QUIET_LOAD: f64 = 2.0;
+
+/// "met" or "not met", with the measured ratio against its target.
+fn verdict(ratio: f64, target: f64) -> String {
+    let word = if ratio >= target { "met" } else { "not met" };
+    format!("{word} ({ratio:.2}x, target >= {target}x)")
+}
+
+/// Mean microseconds of `f` over `iters` calls.
+fn micros(iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        f()?;
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / iters as f64)
+}
+
+/// What one row of `vocab` logits costs on the host: the routing signals as
+/// the chain of tensor ops the policies ran before (log-softmax, exp, mul,
+/// sum) and as the one host pass they run now, and the sampler (greedy; and
+/// temperature 0.8 with top-k 50, top-p 0.95, min-p 0.01).
+fn sampling_costs(vocab: usize) -> Result<Vec<Vec<String>>> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    let row: Vec<f32> = (0..vocab).map(|_| rng.random_range(-8.0f32..8.0)).collect();
+    let t = tch::Tensor::from_slice(&row).view([1, vocab as i64]);
+    let iters = 200;
+    let chain = micros(iters, || {
+        let logp = t.f_log_softmax(-1, tch::Kind::Float)?;
+        let h = logp
+            .f_exp()?
+            .f_mul(&logp)?
+            .f_sum_dim_intlist(-1, false, tch::Kind::Float)?;
+        let _ = Vec::<f32>::try_from(&h.f_neg()?)?;
+        Ok(())
+    })?;
+    let pass = micros(iters, || {
+        std::hint::black_box(row_stats(&row));
+        Ok(())
+    })?;
+    let mut greedy = Sampler::new(&SamplingParams::greedy(1), 0);
+    let greedy_us = micros(iters, || {
+        greedy.sample(&row)?;
+        Ok(())
+    })?;
+    let params = SamplingParams {
+        temperature: 0.8,
+        top_k: 50,
+        top_p: 0.95,
+        min_p: 0.01,
+        seed: Some(1),
+        ..SamplingParams::default()
+    };
+    let mut random = Sampler::new(&params, 0);
+    let random_us = micros(iters, || {
+        random.sample(&row)?;
+        Ok(())
+    })?;
+    Ok(vec![
+        vec![
+            "normalized entropy: tensor-op chain (before)".into(),
+            format!("{chain:.1}"),
+        ],
+        vec![
+            "routing signals: one host pass (now: entropy, max prob, argmax, log-sum-exp)".into(),
+            format!("{pass:.1}"),
+        ],
+        vec!["sampling: greedy".into(), format!("{greedy_us:.1}")],
+        vec![
+            "sampling: temperature 0.8, top-k 50, top-p 0.95, min-p 0.01".into(),
+            format!("{random_us:.1}"),
+        ],
+    ])
+}
+
 fn main() -> Result<()> {
     let args = Args::parse();
     tch::set_num_threads(args.threads);
+    let dtype = args.dtype.resolve(DeviceSpec::Cpu);
+    let load_start = loadgen::machine::load_average();
     let mut page = Page::begin("Engine: batched decode throughput", "make bench-engine");
+    if let Some(l) = load_start.filter(|&l| l > QUIET_LOAD) {
+        page.para(&format!(
+            "**Noisy**: the load average was {l:.2} at start (above {QUIET_LOAD}); other work \
+             shared the CPU, so absolute numbers are low and ratios less certain."
+        ));
+    }
     page.para(&format!(
-        "Greedy decode of {} tokens after a {}-token random prompt per request, SmolLM2-135M in f32 \
-         on the CPU, {} threads for every side, all in one run. Decode only (prefill excluded). \
+        "Greedy decode of {} tokens after a {}-token random prompt per request, SmolLM2-135M in {dtype} \
+         (`--dtype {}`; CPU bf16 flags: {}) on the CPU, {} threads for every side, all in one run. \
+         Decode only (prefill excluded). \
          *Bare forward*: our runner stepped in a loop with host argmax. *Engine*: the same runner \
          inside a one-model group (scheduler thread, KV admission, batching, sampling, stop checks, \
          token streaming to the client), timed from the moment every request has its first token \
-         to the last token. *transformers*: `tests/python/hf_bench.py`, the same loop with the HF KV cache.",
-        args.gen_tokens, args.prompt_tokens, args.threads
+         to the last token. *transformers*: `tests/python/hf_bench.py`, the same loop with the HF \
+         KV cache, in the same dtype. *ops / token*: libtorch calls (ATen ops, views included) of \
+         one bare decode step's forward, divided by the batch.",
+        args.gen_tokens,
+        args.prompt_tokens,
+        args.dtype,
+        match cpu_bf16_flags() {
+            [] => "none".to_string(),
+            f => f.join(", "),
+        },
+        args.threads
     ));
     let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+    let mut ops = Vec::new();
     let mut profile = StepProfile {
         decode_ms: Vec::new(),
         prefill_tokens: args.prompt_tokens,
         prefill_ms: f64::NAN,
     };
     for &b in &args.batches {
-        let (prefill_ms, step_ms) =
-            decode_run(&args.model, b, args.prompt_tokens, args.gen_tokens)?;
-        profile.decode_ms.push((b, step_ms));
+        let run = decode_run(&args.model, dtype, b, args.prompt_tokens, args.gen_tokens)?;
+        profile.decode_ms.push((b, run.step_ms));
         if b == 1 {
-            profile.prefill_ms = prefill_ms;
+            profile.prefill_ms = run.prefill_ms;
         }
-        let bare = b as f64 * 1e3 / step_ms;
-        let eng = engine(&args, b)?;
-        let hf = theirs(&args, b)?;
+        let bare = b as f64 * 1e3 / run.step_ms;
+        let eng = engine(&args, dtype, b)?;
+        let hf = theirs(&args, dtype, b)?;
+        ops.push((b, run.ops_per_step));
+        ratios.push((b, eng / bare, eng / hf));
         let row = vec![
             b.to_string(),
             format!("{bare:.1}"),
@@ -190,6 +304,7 @@ fn main() -> Result<()> {
             format!("{hf:.1}"),
             format!("{:.2}", eng / bare),
             format!("{:.2}", eng / hf),
+            format!("{:.1}", run.ops_per_step as f64 / b as f64),
         ];
         eprintln!("{}", row.join(" | "));
         rows.push(row);
@@ -202,12 +317,62 @@ fn main() -> Result<()> {
             "transformers tok/s",
             "engine / bare",
             "engine / transformers",
+            "ops / token",
         ],
         &rows,
     );
+    page.section("Targets (issue 22)");
+    let mut targets = Vec::new();
+    match ratios.iter().find(|r| r.0 == 16) {
+        Some(&(_, vs_bare, vs_hf)) => {
+            targets.push(vec![
+                "engine at batch 16 >= 0.9x its bare forward".to_string(),
+                verdict(vs_bare, 0.9),
+            ]);
+            targets.push(vec![
+                "engine at batch 16 >= 2x transformers (same dtype)".to_string(),
+                verdict(vs_hf, 2.0),
+            ]);
+        }
+        None => targets.push(vec![
+            "engine at batch 16".to_string(),
+            "not measured (batch 16 not in --batches)".to_string(),
+        ]),
+    }
+    page.table(&["target", "verdict"], &targets);
+    let op_rows: Vec<Vec<String>> = OPS_BEFORE
+        .iter()
+        .map(|&(b, before)| {
+            let now = ops.iter().find(|o| o.0 == b).map(|o| o.1);
+            vec![
+                b.to_string(),
+                format!("{before} ({:.1} / token)", before as f64 / b as f64),
+                now.map_or("not measured".into(), |n| {
+                    format!("{n} ({:.1} / token)", n as f64 / b as f64)
+                }),
+            ]
+        })
+        .collect();
+    page.para(
+        "libtorch calls per decode step of the bare forward, before the fused norms, joint \
+         RoPE and per-step K/V gather (counted by the same counter at the commit named in \
+         `examples/bench_engine.rs`) and in this run:",
+    );
+    page.table(&["batch", "ops / step before", "ops / step now"], &op_rows);
+    let vocab = subserver::model::dir::ModelDir::open(&args.model)?
+        .config
+        .vocab_size;
+    page.section("What one row of logits costs on the host");
+    page.para(&format!(
+        "A random row over the model's {vocab}-token vocabulary, mean of 200 calls, one thread \
+         for the host passes (libtorch's own threads for the tensor chain). At batch B a step \
+         pays B rows."
+    ));
+    page.table(&["work per row", "us"], &sampling_costs(vocab)?);
     if let Some(path) = &args.profile_out {
         if profile.prefill_ms.is_nan() {
-            profile.prefill_ms = decode_run(&args.model, 1, args.prompt_tokens, 1)?.0;
+            profile.prefill_ms =
+                decode_run(&args.model, dtype, 1, args.prompt_tokens, 1)?.prefill_ms;
         }
         let rel = profile.relative();
         page.para(&format!(

@@ -17,6 +17,7 @@
 
 mod backend;
 mod dtype_bytes;
+mod dtype_choice;
 mod engine_config;
 mod env_expand;
 mod error;
@@ -36,6 +37,7 @@ mod threshold;
 mod transport;
 
 pub use backend::Backend;
+pub use dtype_choice::{cpu_bf16_flags, DTypeSetting};
 pub use engine_config::{EngineConfig, SimGroupConfig};
 pub use error::{ConfigError, Location};
 pub use execution_mode::ExecutionMode;

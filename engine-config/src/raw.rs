@@ -9,9 +9,10 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 use super::backend::Backend;
+use super::dtype_choice::DTypeSetting;
 use super::execution_mode::ExecutionMode;
 use super::ordered_map::OrderedMap;
-use super::placement::{DType, DeviceSpec};
+use super::placement::DeviceSpec;
 use super::transport::TransportKind;
 
 /// The whole file.
@@ -27,7 +28,7 @@ pub(crate) struct RawConfig {
     pub backend: Option<Backend>,
     pub sim: Option<RawSimGroup>,
     pub device: Option<DeviceSpec>,
-    pub dtype: Option<DType>,
+    pub dtype: Option<DTypeSetting>,
     pub execution_mode: Option<ExecutionMode>,
     pub max_batch_wait_ms: Option<f64>,
     pub fallback_on_peer_failure: Option<bool>,
@@ -48,7 +49,7 @@ pub(crate) struct RawModel {
     pub scheduler_kwargs: Option<serde_json::Value>,
     pub delayed_batching_threshold: Option<Value>,
     pub device: Option<DeviceSpec>,
-    pub dtype: Option<DType>,
+    pub dtype: Option<DTypeSetting>,
     pub sim: Option<RawSimModel>,
 }
 

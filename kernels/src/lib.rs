@@ -20,11 +20,13 @@ pub mod check;
 #[allow(unsafe_code)] // FFI: the CUDA kernels and the CUDA runtime.
 pub mod cuda;
 mod distribution;
+mod row_stats;
 pub mod sampling;
 mod selection;
 pub mod signals;
 
 pub use distribution::{entropy, log_softmax, logsumexp, normalized_entropy, softmax};
+pub use row_stats::{row_stats, RowStats};
 pub use sampling::{sample_row, uniform, SampleError, SampleParams};
 pub use selection::{argmax, top_k};
 pub use signals::{routing_signals, routing_signals_one_pass, RoutingSignals};

@@ -221,14 +221,34 @@ pub fn routing_signals_one_pass(row: &[f32], k: usize, threads: usize) -> Routin
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rel(a: f32, b: f32) -> f32 {
+    /// Relative difference, floored at 0.01 in the denominator.
+    pub(crate) fn rel(a: f32, b: f32) -> f32 {
         (a - b).abs() / b.abs().max(1e-2)
     }
 
-    fn row(n: usize, seed: u32, scale: f32) -> Vec<f32> {
+    /// Asserts that log-sum-exp, entropy, normalized entropy and max
+    /// probability (in that order) are within `tol` relative of `want`'s.
+    pub(crate) fn assert_close(got: [f32; 4], want: &RoutingSignals, tol: f32, case: &str) {
+        let want = [
+            want.logsumexp,
+            want.entropy,
+            want.normalized_entropy,
+            want.max_prob,
+        ];
+        for ((a, b), what) in got
+            .iter()
+            .zip(want)
+            .zip(["lse", "entropy", "normalized", "max prob"])
+        {
+            assert!(rel(*a, b) < tol, "{what}: {a} vs {b} ({case})");
+        }
+    }
+
+    /// A hashed test row of `n` logits in `[-scale, scale)`.
+    pub(crate) fn row(n: usize, seed: u32, scale: f32) -> Vec<f32> {
         (0..n as u32)
             .map(|i| {
                 let h = (i ^ seed).wrapping_mul(2_654_435_761).rotate_left(13);
@@ -257,21 +277,13 @@ mod tests {
                 let got = routing_signals_one_pass(&r, 8, threads);
                 assert_eq!(got.top_k, want.top_k);
                 assert_eq!(got.argmax, want.argmax);
-                for (a, b, what) in [
-                    (got.logsumexp, want.logsumexp, "lse"),
-                    (got.entropy, want.entropy, "entropy"),
-                    (
-                        got.normalized_entropy,
-                        want.normalized_entropy,
-                        "normalized",
-                    ),
-                    (got.max_prob, want.max_prob, "max prob"),
-                ] {
-                    assert!(
-                        rel(a, b) < 1e-4,
-                        "{what}: {a} vs {b} (seed {seed}, threads {threads})"
-                    );
-                }
+                let got = [
+                    got.logsumexp,
+                    got.entropy,
+                    got.normalized_entropy,
+                    got.max_prob,
+                ];
+                assert_close(got, &want, 1e-4, &format!("seed {seed}, threads {threads}"));
             }
         }
     }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use subserver::config::{DType, DeviceSpec};
+use subserver::config::{DTypeSetting, DeviceSpec};
 use subserver::engine::{BatchEngine, EngineLimits};
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
@@ -55,8 +55,8 @@ pub struct GenerateArgs {
     /// cpu, cuda or cuda:N.
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
+    /// auto, f32, bf16 or f16 (auto: bf16 on a CPU with native bf16, f32 elsewhere).
+    #[arg(long, default_value = "auto")]
     dtype: String,
     /// Fraction of free memory for the KV cache.
     #[arg(long, default_value_t = 0.05)]
@@ -87,7 +87,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
     );
     let device = args.device.parse::<DeviceSpec>()?;
-    let dtype = args.dtype.parse::<DType>()?;
+    let dtype = args.dtype.parse::<DTypeSetting>()?.resolve(device);
     anyhow::ensure!(
         args.kv_cache_fraction > 0.0 && args.kv_cache_fraction <= 1.0,
         "--kv-cache-fraction {} must be in (0, 1]",
@@ -161,7 +161,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("{}", serde_json::json!({"prompt_ids": prompt, "ids": ids}));
     }
     eprintln!(
-        "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s",
+        "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s ({dtype})",
         prompt.len(),
         done.first().map(|c| c.finish),
         ttft

@@ -17,6 +17,7 @@ pub mod http;
 pub mod kv;
 pub mod metrics;
 pub mod model;
+pub mod op_count;
 pub mod peer;
 pub mod policy;
 pub mod routing;

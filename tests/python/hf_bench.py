@@ -20,9 +20,11 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=32)
     ap.add_argument("--gen-tokens", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=torch.float32)
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    model = AutoModelForCausalLM.from_pretrained(args.model_dir, dtype=dtype)
     model.eval()
     g = torch.Generator().manual_seed(0)
     vocab = model.config.vocab_size

@@ -26,7 +26,7 @@ use super::engine_config::{EngineConfig, SimGroupConfig};
 use super::env_expand::expand_env;
 use super::error::{ConfigError, Location};
 use super::execution_mode::ExecutionMode;
-use super::placement::{DType, DeviceSpec};
+use super::placement::DeviceSpec;
 use super::raw::{describe, RawConfig};
 use super::transport::TransportConfig;
 use model::{build_model, check_tp_size, ModelDefaults, OfficialKeys};
@@ -128,7 +128,8 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
     let tp_size = check_tp_size(raw.tp_size, 1, "tp_size")?;
     let backend = raw.backend.unwrap_or(Backend::Tch);
     let device = raw.device.unwrap_or(DeviceSpec::Cpu);
-    let dtype = raw.dtype.unwrap_or(DType::F32);
+    let dtype_setting = raw.dtype.unwrap_or_default();
+    let dtype = dtype_setting.resolve(device);
     let raw_system = raw.system.unwrap_or_default();
     let (system, kv_budget) = build_system(&raw_system)?;
 
@@ -145,7 +146,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
     let defaults = ModelDefaults {
         backend,
         device,
-        dtype,
+        dtype: dtype_setting,
         tp_size,
         kv_budget,
         base_dir: &base_dir,

@@ -9,12 +9,13 @@ use serde_yaml::Value;
 
 use super::{positive, resolve_path, Env};
 use crate::backend::Backend;
+use crate::dtype_choice::DTypeSetting;
 use crate::env_expand::expand_env;
 use crate::error::ConfigError;
 use crate::hf_cache;
 use crate::latency::{LatencyError, LatencyModel};
 use crate::model::{ModelSpec, SimModel, DEFAULT_SIM_VOCAB_SIZE};
-use crate::placement::{DType, DeviceSpec};
+use crate::placement::DeviceSpec;
 use crate::raw::{RawLatency, RawModel, RawSimModel};
 use crate::system::{KvBudget, DEFAULT_MEM_FRACTION_CPU, DEFAULT_MEM_FRACTION_CUDA};
 
@@ -22,7 +23,7 @@ use crate::system::{KvBudget, DEFAULT_MEM_FRACTION_CPU, DEFAULT_MEM_FRACTION_CUD
 pub(super) struct ModelDefaults<'a> {
     pub backend: Backend,
     pub device: DeviceSpec,
-    pub dtype: DType,
+    pub dtype: DTypeSetting,
     pub tp_size: usize,
     pub kv_budget: Option<KvBudget>,
     pub base_dir: &'a Path,
@@ -135,7 +136,7 @@ pub(super) fn build_model(
         path,
         hub_id,
         device,
-        dtype: raw.dtype.unwrap_or(defaults.dtype),
+        dtype: raw.dtype.unwrap_or(defaults.dtype).resolve(device),
         tp_size,
         port: raw.port,
         kv_budget,

@@ -2,6 +2,7 @@ use super::*;
 use crate::gateway::GatewayConfig;
 use crate::latency::LatencyModel;
 use crate::model::DEFAULT_SIM_VOCAB_SIZE;
+use crate::placement::DType;
 use crate::system::{KvBudget, SystemConfig};
 use crate::transport::DEFAULT_PEER_TIMEOUT_MS;
 
@@ -43,7 +44,14 @@ fn minimal_config_gets_documented_defaults() {
     assert_eq!(c.entry_index(), 0);
     assert_eq!(c.backend(), Backend::Tch);
     assert_eq!(c.device(), DeviceSpec::Cpu);
-    assert_eq!(c.dtype(), DType::F32);
+    // `dtype: auto`: bf16 on a CPU with native bf16, f32 elsewhere.
+    let auto = if crate::cpu_bf16_flags().is_empty() {
+        DType::F32
+    } else {
+        DType::Bf16
+    };
+    assert_eq!(c.dtype(), auto);
+    assert_eq!(c.model(0).unwrap().dtype, auto);
     assert_eq!(c.execution_mode(), ExecutionMode::AsyncDelayed);
     assert_eq!(c.max_batch_wait_ms(), 50.0);
     assert_eq!(c.max_batch_wait(), std::time::Duration::from_millis(50));

@@ -11,7 +11,7 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::config::KvBudget;
+use crate::config::{DType, KvBudget};
 use crate::error::EngineError;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::{ModelRunner, StepBatch, StepItem};
@@ -81,14 +81,27 @@ fn argmax(v: &[f32]) -> u32 {
     (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
 }
 
-/// Greedy decode of `batch` random prompts: returns (prefill ms, mean decode step ms).
+/// What [`decode_run`] measured.
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeRun {
+    /// The prefill step of every prompt at once (ms).
+    pub prefill_ms: f64,
+    /// Mean decode step (ms).
+    pub step_ms: f64,
+    /// libtorch calls of the last decode step's forward.
+    pub ops_per_step: u64,
+}
+
+/// Greedy decode of `batch` random prompts in `dtype`.
 pub fn decode_run(
     model: &Path,
+    dtype: DType,
     batch: usize,
     prompt_tokens: usize,
     steps: usize,
-) -> Result<(f64, f64), EngineError> {
+) -> Result<DecodeRun, EngineError> {
     let mut opts = TchRunnerOptions::new(model);
+    opts.dtype = dtype;
     opts.kv_budget = KvBudget::Tokens(batch * (prompt_tokens + steps + 16));
     opts.enable_prefix_cache = false;
     let mut runner = TchRunner::load(&opts)?;
@@ -121,10 +134,12 @@ pub fn decode_run(
     for _ in 0..steps.max(1) {
         forward(&mut step)?;
     }
-    Ok((
+    let step_ms = t0.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64;
+    Ok(DecodeRun {
         prefill_ms,
-        t0.elapsed().as_secs_f64() * 1e3 / steps.max(1) as f64,
-    ))
+        step_ms,
+        ops_per_step: runner.decoder().ops_last_forward(),
+    })
 }
 
 impl StepProfile {

@@ -36,6 +36,8 @@ pub fn decode_layout(
     let mut positions = vec![0i64; batch];
     let mut slots = vec![pad_slot; batch];
     let mut gather = vec![pad_slot; batch * ctx];
+    // Padding rows write their K/V at their own first row (the scratch slot).
+    let mut new_rows: Vec<i64> = (0..batch).map(|b| (b * ctx) as i64).collect();
     let mut mask = vec![false; batch * ctx];
     for (b, item) in items.iter().enumerate() {
         let n = item.slots.len();
@@ -47,6 +49,7 @@ pub fn decode_layout(
         tokens[b] = i64::from(item.token);
         positions[b] = n as i64 - 1;
         slots[b] = item.slots[n - 1];
+        new_rows[b] = (b * ctx + n - 1) as i64;
         gather[b * ctx..b * ctx + n].copy_from_slice(item.slots);
         mask[b * ctx..b * ctx + n].fill(true);
     }
@@ -63,6 +66,7 @@ pub fn decode_layout(
         positions: to(&positions)?,
         slots: to(&slots)?,
         gather: to(&gather)?,
+        new_rows: to(&new_rows)?,
         mask: Tensor::f_from_slice(&mask)?
             .f_view([batch as i64, 1, 1, ctx as i64])?
             .f_to_device(device)?,
@@ -85,6 +89,7 @@ pub fn copy_into(dst: &mut BatchLayout, src: &BatchLayout) -> Result<(), EngineE
         (&mut dst.positions, &src.positions),
         (&mut dst.slots, &src.slots),
         (&mut dst.gather, &src.gather),
+        (&mut dst.new_rows, &src.new_rows),
         (&mut dst.mask, &src.mask),
     ] {
         d.f_copy_(s)?;
@@ -119,6 +124,10 @@ mod tests {
         assert_eq!(
             Vec::<i64>::try_from(&l.slots).unwrap(),
             vec![12, 20, 99, 99]
+        );
+        assert_eq!(
+            Vec::<i64>::try_from(&l.new_rows).unwrap(),
+            vec![2, 4, 8, 12]
         );
         let g = Vec::<i64>::try_from(&l.gather).unwrap();
         assert_eq!(&g[..8], &[10, 11, 12, 99, 20, 99, 99, 99]);

@@ -12,7 +12,7 @@ use tracing::debug;
 
 use crate::error::EngineError;
 use crate::runner::{ModelRunner, StepBatch, StepItem};
-use crate::sampling::{FinishReason, SamplingParams};
+use crate::sampling::{FinishReason, HostLogits, SamplingParams};
 use crate::tokenizer::TextTokenizer;
 use planner::{Admission, PlanTable, Planner};
 use sequence::Sequence;
@@ -72,6 +72,8 @@ pub struct BatchEngine<R: ModelRunner> {
     finished: Vec<Completion>,
     next_seed: u64,
     tokenizer: Option<TextTokenizer>,
+    /// The step's logits on the host, reused across steps.
+    host: HostLogits,
 }
 
 impl<R: ModelRunner> BatchEngine<R> {
@@ -85,6 +87,7 @@ impl<R: ModelRunner> BatchEngine<R> {
             finished: Vec::new(),
             next_seed: 0x5eed,
             tokenizer: None,
+            host: HostLogits::default(),
         }
     }
 
@@ -208,17 +211,21 @@ impl<R: ModelRunner> BatchEngine<R> {
             })
             .collect();
         let out = self.runner.forward(&StepBatch::new(items))?;
-        let rows = out.sample_rows(self.runner.info().vocab_size)?;
+        out.host_logits_into(&mut self.host)?;
+        let vocab = self.runner.info().vocab_size;
         let mut events = Vec::new();
-        for (&(i, n), logits) in plan.iter().zip(rows) {
+        for (row, &(i, n)) in plan.iter().enumerate() {
             let seq = &mut self.running[i];
             seq.computed += n;
             if seq.pending() > 0 {
                 continue; // mid-prefill chunk: its logits are not a next-token distribution yet
             }
+            let logits = self.host.sample_row(row, vocab).ok_or_else(|| {
+                EngineError::InvalidRequest(format!("the backend returned no logits row {row}"))
+            })?;
             let token = seq
                 .sampler
-                .sample(&logits)
+                .sample(logits)
                 .map_err(|e| EngineError::InvalidRequest(format!("request {}: {e}", seq.id)))?;
             seq.output.push(token);
             let delta = match seq.detok.as_mut() {

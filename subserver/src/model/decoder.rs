@@ -1,6 +1,16 @@
 //! The decoder shared by Llama, Qwen2 and Qwen3: embeddings, pre-norm blocks
 //! with grouped-query attention over the paged KV cache, SwiGLU MLP, final
 //! norm and head. One forward serves a ragged batch (see `model::layout`).
+//!
+//! Kept to few libtorch calls per token, since on a CPU each costs a
+//! dispatch whatever its size: q, k, v and gate, up are one matmul each
+//! (weights concatenated at load, whatever the loader); norms are ATen's
+//! `rms_norm`; q and k get their RoPE in one pass (a roll and a sign-folded
+//! sine table: no `rotate_half` cat); residual adds and the SwiGLU gate
+//! run in place; and K/V are read through the block table once per step
+//! for all layers (`KvStorage::gather_context`), not gathered per layer.
+
+use std::cell::Cell;
 
 use tch::{Device, Kind, Tensor};
 use tracing::warn;
@@ -11,18 +21,13 @@ use crate::model::config::{Architecture, ModelConfig};
 use crate::model::layout::BatchLayout;
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
+use crate::op_count::{op, ops_so_far};
 
-/// RMSNorm as transformers computes it: statistics in f32, scale in the model dtype.
+/// RMSNorm as transformers computes it (ATen's `rms_norm`: statistics in
+/// f32, normalized value cast back, then the weight in the model dtype).
 fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {
-    let kind = x.kind();
-    let xf = x.f_to_kind(Kind::Float)?;
-    let var = xf
-        .f_pow_tensor_scalar(2)?
-        .f_mean_dim(-1, true, Kind::Float)?;
-    let normed = xf
-        .f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?
-        .f_to_kind(kind)?;
-    Ok(normed.f_mul(weight)?)
+    let last = x.size().last().copied().unwrap_or(1);
+    Ok(op(x.f_rms_norm([last], Some(weight), eps))?)
 }
 
 struct Layer {
@@ -30,8 +35,9 @@ struct Layer {
     /// q, k and v projections stacked along the output dimension.
     qkv: Tensor,
     qkv_bias: Option<Tensor>,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
+    /// Qwen3's per-head q and k norm weights, as one `[heads + kv_heads,
+    /// head_dim]` table, so q and k are normalized in one pass.
+    qk_norm: Option<Tensor>,
     o_proj: Tensor,
     o_bias: Option<Tensor>,
     post_norm: Tensor,
@@ -50,6 +56,8 @@ pub struct Decoder {
     rope: Rope,
     kind: Kind,
     device: Device,
+    /// libtorch calls of the last forward (see `crate::op_count`).
+    last_ops: Cell<u64>,
 }
 
 impl Decoder {
@@ -88,13 +96,18 @@ impl Decoder {
             } else {
                 None
             };
-            let (q_norm, k_norm) = if arch == Architecture::Qwen3 {
-                (
-                    Some(w.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?),
-                    Some(w.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?),
-                )
+            let qk_norm = if arch == Architecture::Qwen3 {
+                let qn = w.take(&format!("{p}.self_attn.q_norm.weight"), &[hd])?;
+                let kn = w.take(&format!("{p}.self_attn.k_norm.weight"), &[hd])?;
+                Some(Tensor::f_cat(
+                    &[
+                        qn.f_expand([nh, hd], false)?,
+                        kn.f_expand([nkv, hd], false)?,
+                    ],
+                    0,
+                )?)
             } else {
-                (None, None)
+                None
             };
             let o_bias = if cfg.attention_bias {
                 Some(w.take(&format!("{p}.self_attn.o_proj.bias"), &[h])?)
@@ -107,8 +120,7 @@ impl Decoder {
                 input_norm: w.take(&format!("{p}.input_layernorm.weight"), &[h])?,
                 qkv: Tensor::f_cat(&[q, k, v], 0)?,
                 qkv_bias: bias,
-                q_norm,
-                k_norm,
+                qk_norm,
                 o_proj: w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
                 o_bias,
                 post_norm: w.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
@@ -139,7 +151,13 @@ impl Decoder {
             rope: Rope::new(cfg, kind, device)?,
             kind,
             device,
+            last_ops: Cell::new(0),
         })
+    }
+
+    /// libtorch calls (ATen ops, views included) the last forward made.
+    pub fn ops_last_forward(&self) -> u64 {
+        self.last_ops.get()
     }
 
     /// The configuration it was built from.
@@ -186,35 +204,39 @@ impl Decoder {
         let hd = cfg.head_dim() as i64;
         let eps = cfg.rms_norm_eps;
         let t = layout.num_tokens;
+        let ops_before = ops_so_far();
+        let inter = cfg.intermediate_size as i64;
         let (cos, sin) = self.rope.tables(&layout.positions)?;
-        let mut x = self.embed.f_index_select(0, &layout.tokens)?;
+        let mut ctx = kv.gather_context(&layout.gather)?;
+        let mut x = op(self.embed.f_index_select(0, &layout.tokens))?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = rms_norm(&x, &layer.input_norm, eps)?;
-            let qkv = h.f_linear(&layer.qkv, layer.qkv_bias.as_ref())?;
-            let mut q = qkv.f_narrow(1, 0, nh * hd)?.f_view([t, nh, hd])?;
-            let mut k = qkv.f_narrow(1, nh * hd, nkv * hd)?.f_view([t, nkv, hd])?;
-            let v = qkv
-                .f_narrow(1, (nh + nkv) * hd, nkv * hd)?
-                .f_view([t, nkv, hd])?;
-            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = rms_norm(&q, qn, eps)?;
-                k = rms_norm(&k, kn, eps)?;
+            let qkv = op(h.f_linear(&layer.qkv, layer.qkv_bias.as_ref()))?;
+            // q and k side by side as `[T, heads + kv_heads, head_dim]`.
+            let mut qk = op(op(qkv.f_narrow(1, 0, (nh + nkv) * hd))?.f_view([t, nh + nkv, hd]))?;
+            if let Some(w) = &layer.qk_norm {
+                let normed = op(qk.f_rms_norm([hd], None::<Tensor>, eps))?;
+                qk = op(normed.f_mul(w))?;
             }
-            let q = Rope::apply(&q, &cos, &sin)?;
-            let k = Rope::apply(&k, &cos, &sin)?;
-            kv.write(li, &layout.slots, &k, &v)?;
-            let attn = self.attention(layout, kv, li, &q)?;
-            let o = attn.f_linear(&layer.o_proj, layer.o_bias.as_ref())?;
-            x = x.f_add(&o)?;
+            let qk = Rope::apply(&qk, &cos, &sin)?;
+            let q = op(qk.f_narrow(1, 0, nh))?;
+            let k = op(qk.f_narrow(1, nh, nkv))?;
+            let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
+            ctx.write(li, &layout.new_rows, &k, &v)?;
+            let attn = self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?;
+            let o = op(attn.f_linear(&layer.o_proj, layer.o_bias.as_ref()))?;
+            let _ = op(x.f_add_(&o))?;
             let h = rms_norm(&x, &layer.post_norm, eps)?;
-            let gu = h.f_linear::<Tensor>(&layer.gate_up, None)?;
-            let inter = cfg.intermediate_size as i64;
-            let act = gu
-                .f_narrow(1, 0, inter)?
-                .f_silu()?
-                .f_mul(&gu.f_narrow(1, inter, inter)?)?;
-            x = x.f_add(&act.f_linear::<Tensor>(&layer.down, None)?)?;
+            let gu = op(h.f_linear::<Tensor>(&layer.gate_up, None))?;
+            // SwiGLU in place on the gate half of `gu`.
+            let mut gate = op(gu.f_narrow(1, 0, inter))?;
+            let _ = op(gate.f_silu_())?;
+            let _ = op(gate.f_mul_(&op(gu.f_narrow(1, inter, inter))?))?;
+            let down = op(gate.f_linear::<Tensor>(&layer.down, None))?;
+            let _ = op(x.f_add_(&down))?;
         }
+        kv.commit(&ctx, &layout.new_rows, &layout.slots)?;
+        drop(ctx);
         let entropies = match entropy_rows {
             Some(rows) => {
                 let h = rms_norm(&x.f_index_select(0, rows)?, &self.norm, eps)?;
@@ -228,21 +250,22 @@ impl Decoder {
             }
             None => None,
         };
-        let last = x.f_index_select(0, &layout.last)?;
+        let last = op(x.f_index_select(0, &layout.last))?;
         let hidden = rms_norm(&last, &self.norm, eps)?;
-        let logits = hidden
-            .f_linear::<Tensor>(&self.lm_head, None)?
-            .f_to_kind(Kind::Float)?;
+        let logits =
+            op(op(hidden.f_linear::<Tensor>(&self.lm_head, None))?.f_to_kind(Kind::Float))?;
+        self.last_ops.set(ops_so_far() - ops_before);
         Ok((logits, hidden, entropies))
     }
 
     /// Attention of the new queries against each item's whole context,
     /// padded to `[B, heads, q_max, ctx_max]` with a causal/padding mask.
+    /// `k_ctx`, `v_ctx`: this layer's gathered context, `[B * ctx_max, kv_heads, head_dim]`.
     fn attention(
         &self,
         layout: &BatchLayout,
-        kv: &KvStorage,
-        layer: usize,
+        k_ctx: &Tensor,
+        v_ctx: &Tensor,
         q: &Tensor,
     ) -> Result<Tensor, EngineError> {
         let cfg = &self.cfg;
@@ -250,18 +273,17 @@ impl Decoder {
         let nkv = cfg.kv_heads() as i64;
         let hd = cfg.head_dim() as i64;
         let (b, qm, cm) = (layout.batch, layout.q_max, layout.ctx_max);
-        let (k_all, v_all) = kv.gather(layer, &layout.gather)?;
         // [B*ctx, nkv, hd] -> [B, nkv, ctx, hd]
-        let k = k_all.f_view([b, cm, nkv, hd])?.f_transpose(1, 2)?;
-        let v = v_all.f_view([b, cm, nkv, hd])?.f_transpose(1, 2)?;
+        let k = op(op(k_ctx.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
+        let v = op(op(v_ctx.f_view([b, cm, nkv, hd]))?.f_transpose(1, 2))?;
         let q_pad = if layout.is_dense {
             q.shallow_clone()
         } else {
-            let zero = Tensor::f_zeros([1, nh, hd], (q.kind(), q.device()))?;
-            Tensor::f_cat(&[q, &zero], 0)?.f_index_select(0, &layout.q_pad)?
+            let zero = op(Tensor::f_zeros([1, nh, hd], (q.kind(), q.device())))?;
+            op(op(Tensor::f_cat(&[q, &zero], 0))?.f_index_select(0, &layout.q_pad))?
         };
-        let q4 = q_pad.f_view([b, qm, nh, hd])?.f_transpose(1, 2)?;
-        let out = Tensor::f_scaled_dot_product_attention(
+        let q4 = op(op(q_pad.f_view([b, qm, nh, hd]))?.f_transpose(1, 2))?;
+        let out = op(Tensor::f_scaled_dot_product_attention(
             &q4,
             &k,
             &v,
@@ -270,12 +292,12 @@ impl Decoder {
             false,
             1.0 / (hd as f64).sqrt(),
             nh != nkv,
-        )?;
-        let out = out.f_transpose(1, 2)?.f_reshape([b * qm, nh * hd])?;
+        ))?;
+        let out = op(op(out.f_transpose(1, 2))?.f_reshape([b * qm, nh * hd]))?;
         if layout.is_dense {
             Ok(out)
         } else {
-            Ok(out.f_index_select(0, &layout.q_valid)?)
+            Ok(op(out.f_index_select(0, &layout.q_valid))?)
         }
     }
 }

@@ -26,6 +26,9 @@ pub struct BatchLayout {
     pub slots: Tensor,
     /// `[B * ctx_max]` KV slots read by attention (padding reads slot of position 0).
     pub gather: Tensor,
+    /// `[T]` row in `gather` of each new token (`item * ctx_max + position`):
+    /// where its K/V goes in the step's gathered context.
+    pub new_rows: Tensor,
     /// `[B, 1, q_max, ctx_max]` true where a query may attend a key.
     pub mask: Tensor,
     /// `[B * q_max]` rows of `[T + 1]` query rows (row `T` is padding).
@@ -67,6 +70,7 @@ impl BatchLayout {
         let mut tokens = Vec::with_capacity(t);
         let mut positions = Vec::with_capacity(t);
         let mut slots = Vec::with_capacity(t);
+        let mut new_rows = Vec::with_capacity(t);
         let mut gather = vec![0i64; b * ctx_max];
         let mut mask = vec![false; b * q_max * ctx_max];
         let mut q_pad = vec![t as i64; b * q_max];
@@ -89,6 +93,7 @@ impl BatchLayout {
                 tokens.push(tok as i64);
                 positions.push(pos as i64);
                 slots.push(item.slots[pos]);
+                new_rows.push((bi * ctx_max + pos) as i64);
                 let row = (bi * q_max + j) * ctx_max;
                 mask[row..row + pos + 1].fill(true);
             }
@@ -109,6 +114,7 @@ impl BatchLayout {
             positions: to(&positions)?,
             slots: to(&slots)?,
             gather: to(&gather)?,
+            new_rows: to(&new_rows)?,
             mask,
             q_pad: to(&q_pad)?,
             q_valid: to(&q_valid)?,
@@ -147,6 +153,7 @@ mod tests {
         assert_eq!((l.batch, l.q_max, l.ctx_max, l.num_tokens), (2, 2, 4, 3));
         assert_eq!(Vec::<i64>::try_from(&l.positions).unwrap(), vec![2, 3, 1]);
         assert_eq!(Vec::<i64>::try_from(&l.slots).unwrap(), vec![102, 103, 201]);
+        assert_eq!(Vec::<i64>::try_from(&l.new_rows).unwrap(), vec![2, 3, 5]);
         assert_eq!(Vec::<i64>::try_from(&l.q_pad).unwrap(), vec![0, 1, 2, 3]);
         assert_eq!(Vec::<i64>::try_from(&l.q_valid).unwrap(), vec![0, 1, 2]);
         assert_eq!(Vec::<i64>::try_from(&l.last).unwrap(), vec![1, 2]);

@@ -1,15 +1,20 @@
 //! Rotary position embeddings, computed the way transformers does
 //! (`rotate_half` layout, f32 tables) so logits match it closely.
+//!
+//! `rotate_half(x) * sin` equals `roll(x, d/2) * [-sin, sin]` (halves), so
+//! the table stores the sine with its first half negated and a rotation
+//! is three calls (`roll`, `mul`, `addcmul_`) instead of seven.
 
 use tch::{Device, Kind, Tensor};
 
 use crate::error::EngineError;
 use crate::model::config::ModelConfig;
+use crate::op_count::op;
 
-/// Precomputed cos/sin tables of shape `[max_positions, head_dim]`.
+/// Precomputed `[max_positions, 2, head_dim]` table: per position its
+/// cosines, then its sines with the first half negated.
 pub struct Rope {
-    cos: Tensor,
-    sin: Tensor,
+    table: Tensor,
     max_positions: usize,
 }
 
@@ -70,9 +75,18 @@ impl Rope {
         let pos = Tensor::f_arange(max_positions as i64, (Kind::Float, device))?;
         let freqs = pos.f_outer(&inv)?;
         let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
+        let half = freqs.size()[1];
+        let sin = emb.f_sin()?;
+        let signed_sin = Tensor::f_cat(
+            &[
+                sin.f_narrow(1, 0, half)?.f_neg()?,
+                sin.f_narrow(1, half, half)?,
+            ],
+            1,
+        )?;
+        let table = Tensor::f_stack(&[emb.f_cos()?, signed_sin], 1)?.f_to_kind(kind)?;
         Ok(Self {
-            cos: emb.f_cos()?.f_to_kind(kind)?,
-            sin: emb.f_sin()?.f_to_kind(kind)?,
+            table,
             max_positions,
         })
     }
@@ -82,19 +96,43 @@ impl Rope {
         self.max_positions
     }
 
-    /// cos/sin rows for `positions` (`[T]` int64), shaped `[T, 1, head_dim]`.
+    /// cos and signed-sin rows for `positions` (`[T]` int64), each
+    /// `[T, 1, head_dim]`: looked up once per step, shared by every layer.
     pub fn tables(&self, positions: &Tensor) -> Result<(Tensor, Tensor), EngineError> {
-        let cos = self.cos.f_index_select(0, positions)?.f_unsqueeze(1)?;
-        let sin = self.sin.f_index_select(0, positions)?.f_unsqueeze(1)?;
+        let rows = op(self.table.f_index_select(0, positions))?;
+        let cos = op(rows.f_narrow(1, 0, 1))?;
+        let sin = op(rows.f_narrow(1, 1, 1))?;
         Ok((cos, sin))
     }
 
-    /// Applies the rotation to `x` of shape `[T, heads, head_dim]`.
+    /// Applies the rotation to `x` of shape `[T, heads, head_dim]`, with
+    /// `cos`, `sin` from [`Rope::tables`].
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, EngineError> {
         let half = x.size()[2] / 2;
-        let x1 = x.f_narrow(2, 0, half)?;
-        let x2 = x.f_narrow(2, half, half)?;
-        let rotated = Tensor::f_cat(&[&x2.f_neg()?, &x1], 2)?;
-        Ok(x.f_mul(cos)?.f_add(&rotated.f_mul(sin)?)?)
+        let rolled = op(x.f_roll([half], [2]))?;
+        let mut out = op(x.f_mul(cos))?;
+        let _ = op(out.f_addcmul_(&rolled, sin))?;
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roll_with_signed_sine_equals_rotate_half() {
+        let cfg = crate::runner::testing::tiny_config();
+        let rope = Rope::new(&cfg, Kind::Float, Device::Cpu).unwrap();
+        let pos = Tensor::from_slice(&[0i64, 5, 63]);
+        let (cos, sin) = rope.tables(&pos).unwrap();
+        let x = Tensor::randn([3, 4, 8], (Kind::Float, Device::Cpu));
+        let got = Rope::apply(&x, &cos, &sin).unwrap();
+        // transformers: x * cos + rotate_half(x) * sin, with the plain sine.
+        let plain_sin = Tensor::cat(&[sin.narrow(2, 0, 4).neg(), sin.narrow(2, 4, 4)], 2);
+        let rotated = Tensor::cat(&[x.narrow(2, 4, 4).neg(), x.narrow(2, 0, 4)], 2);
+        let want = &x * &cos + rotated * plain_sin;
+        let diff = f64::try_from((got - want).abs().max()).unwrap();
+        assert!(diff < 1e-6, "{diff}");
     }
 }

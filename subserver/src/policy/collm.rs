@@ -155,6 +155,7 @@ mod tests {
             logits: Some(&logits),
             hidden: None,
             embeddings: Some(&emb),
+            signals: None,
         };
         assert_eq!(
             p.route(&view),

@@ -195,6 +195,7 @@ mod tests {
                 logits: None,
                 hidden: None,
                 embeddings: None,
+                signals: None,
             };
             // The writer the home would draw for the next position.
             let next = direct.writer(77, position + 1);
@@ -244,6 +245,7 @@ mod tests {
                 logits: None,
                 hidden: None,
                 embeddings: None,
+                signals: None,
             };
             let (w, next) = (home.writer(77, position), home.writer(77, position + 1));
             let want = match (w, next) {

@@ -21,7 +21,6 @@ use crate::policy::{
 };
 use crate::routing::signal_health::{SignalError, SignalHealth};
 use crate::routing::{Dest, RoutingPolicy, StepView};
-use crate::sampling::signals::normalized_entropy_rows;
 
 /// Per-request state.
 #[derive(Debug, Default)]
@@ -137,11 +136,15 @@ impl RoutingPolicy for GlimpRouterPolicy {
         "GlimpRouter"
     }
 
+    fn wants_logit_signals(&self) -> bool {
+        true
+    }
+
     fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
         let home = view.model == self.at.entry;
         // Only the entry reads the glimpse's entropy; a step without it is
         // counted and logged, and the entry keeps the pen for that step.
-        let entropy = match view.logits.map(normalized_entropy_rows) {
+        let entropy = match view.normalized_entropies() {
             Some(Ok(h)) => Some(h),
             _ if !home => None,
             Some(Err(e)) => {
@@ -261,6 +264,7 @@ mod tests {
             logits: Some(&logits),
             hidden: None,
             embeddings: None,
+            signals: None,
         };
         p.route(&view)[0]
     }

@@ -235,6 +235,7 @@ mod tests {
             logits: None,
             hidden: None,
             embeddings: None,
+            signals: None,
         };
         assert_eq!(
             p.route(&view),

@@ -13,7 +13,6 @@ use crate::policy::{
     ThresholdKnob,
 };
 use crate::routing::{Dest, RoutingPolicy, StepView};
-use crate::sampling::signals::normalized_entropy_rows;
 
 /// `scheduler_kwargs`: `threshold` (τ, default 0.03).
 pub struct RStitchPolicy {
@@ -71,8 +70,12 @@ impl RoutingPolicy for RStitchPolicy {
         "RStitch"
     }
 
+    fn wants_logit_signals(&self) -> bool {
+        true
+    }
+
     fn route(&mut self, view: &StepView<'_>) -> Vec<Dest> {
-        let entropy = match view.logits.map(normalized_entropy_rows) {
+        let entropy = match view.normalized_entropies() {
             Some(Ok(h)) => h,
             // Start-up refuses a backend without logits; a failed reduction
             // is counted and logged, and the current writer keeps the pen.
@@ -172,6 +175,7 @@ mod tests {
             logits: Some(&logits),
             hidden: None,
             embeddings: None,
+            signals: None,
         };
         assert_eq!(
             p.route(&view),
@@ -198,6 +202,7 @@ mod tests {
             logits: Some(&logits),
             hidden: None,
             embeddings: None,
+            signals: None,
         };
         // The confident row goes home with its token; the uncertain one is
         // exactly what the large model is there for: it keeps writing.
@@ -227,6 +232,7 @@ mod tests {
             logits: None,
             hidden: None,
             embeddings: None,
+            signals: None,
         };
         assert_eq!(p.route(&view), vec![Dest::Stay]);
         assert_eq!(p.route(&view), vec![Dest::Stay]);

@@ -2,7 +2,7 @@
 //! scheduler (model-centric) calls `route` once per step with the whole batch,
 //! then builds hand-overs with `send` and accepts returned tokens with `receive`.
 
-use tch::Tensor;
+use tch::{TchError, Tensor};
 
 use crate::peer::message::{ModelIdx, Rid};
 
@@ -68,6 +68,23 @@ pub struct StepView<'a> {
     pub hidden: Option<&'a Tensor>,
     /// The model's token embeddings `[V, H]`, for routers that embed the sampled token.
     pub embeddings: Option<&'a Tensor>,
+    /// Per row, the signals of its logits (entropy, max probability, ...),
+    /// computed once on the host by the scheduler when the policy
+    /// [wants them](RoutingPolicy::wants_logit_signals).
+    pub signals: Option<&'a [kernels::RowStats]>,
+}
+
+impl StepView<'_> {
+    /// The normalized next-token entropy of each row: the precomputed
+    /// [`StepView::signals`] when present, else one host pass over
+    /// `logits`; `None` when the backend gave no logits.
+    pub fn normalized_entropies(&self) -> Option<Result<Vec<f32>, TchError>> {
+        if let Some(s) = self.signals {
+            return Some(Ok(s.iter().map(|r| r.normalized_entropy).collect()));
+        }
+        self.logits
+            .map(crate::sampling::signals::normalized_entropy_rows)
+    }
 }
 
 /// A routing policy instance for one model of a group.
@@ -96,6 +113,11 @@ pub trait RoutingPolicy: Send {
     /// Whether the home should measure the prompt's mean next-token entropy
     /// (costs one head projection per prompt token).
     fn wants_prompt_entropy(&self) -> bool {
+        false
+    }
+    /// Whether `route` reads [`StepView::signals`]: the scheduler then
+    /// computes them once per sampled row from the host copy of the logits.
+    fn wants_logit_signals(&self) -> bool {
         false
     }
     /// The threshold `target_large_share` may steer (none by default).

@@ -10,10 +10,11 @@ pub mod tch_runner;
 #[doc(hidden)]
 pub mod testing;
 
-use tch::{Device, Kind, Tensor};
+use tch::Tensor;
 
 use crate::error::EngineError;
 use crate::kv::KvManager;
+use crate::sampling::HostLogits;
 
 /// One request's share of a step.
 #[derive(Debug, Clone)]
@@ -66,28 +67,27 @@ pub struct StepOutput {
 }
 
 impl StepOutput {
-    /// Copies the logits to host memory as one row per item.
-    pub fn logits_rows(&self) -> Result<Vec<Vec<f32>>, EngineError> {
+    /// Copies the logits to host memory once (one contiguous `f32` buffer).
+    pub fn host_logits(&self) -> Result<HostLogits, EngineError> {
         let logits = self
             .logits
             .as_ref()
             .ok_or_else(|| EngineError::InvalidRequest("this backend returns no logits".into()))?;
-        let cpu = logits.f_to_device(Device::Cpu)?.f_to_kind(Kind::Float)?;
-        let size = cpu.size();
-        let (b, v) = (size[0] as usize, size[1] as usize);
-        let flat: Vec<f32> = Vec::<f32>::try_from(&cpu.f_flatten(0, -1)?)?;
-        Ok((0..b).map(|i| flat[i * v..(i + 1) * v].to_vec()).collect())
+        Ok(HostLogits::from_tensor(logits)?)
     }
 
-    /// The rows the sampler draws from: the first `vocab` columns of each
-    /// row. A head may be wider than the vocabulary (Co-LLM's deferral
-    /// column); those extra columns are never sampled.
-    pub fn sample_rows(&self, vocab: usize) -> Result<Vec<Vec<f32>>, EngineError> {
-        let mut rows = self.logits_rows()?;
-        for row in &mut rows {
-            row.truncate(vocab);
-        }
-        Ok(rows)
+    /// Like [`StepOutput::host_logits`], into a buffer kept across steps.
+    pub fn host_logits_into(&self, buf: &mut HostLogits) -> Result<(), EngineError> {
+        let logits = self
+            .logits
+            .as_ref()
+            .ok_or_else(|| EngineError::InvalidRequest("this backend returns no logits".into()))?;
+        Ok(buf.refill(logits)?)
+    }
+
+    /// The logits as one `Vec` per item (tests and tools that keep rows).
+    pub fn logits_rows(&self) -> Result<Vec<Vec<f32>>, EngineError> {
+        Ok(self.host_logits()?.to_rows())
     }
 }
 
@@ -99,7 +99,7 @@ pub struct RunnerInfo {
     /// Vocabulary size: the token ids that can be fed and sampled. The
     /// logits may carry extra columns after these (a Co-LLM deferral
     /// column, `deferral_columns` in config.json); samplers use
-    /// [`StepOutput::sample_rows`] with this width, policies see the full head.
+    /// [`HostLogits::sample_row`] with this width, policies see the full head.
     pub vocab_size: usize,
     /// Hidden size.
     pub hidden_size: usize,

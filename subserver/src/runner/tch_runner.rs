@@ -109,6 +109,7 @@ impl TchRunner {
             blocks,
             tokens = blocks * opts.block_size,
             mib = (blocks * per_block) >> 20,
+            dtype = ?decoder.kind(),
             "KV cache allocated"
         );
         let name = dir

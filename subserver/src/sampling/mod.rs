@@ -7,11 +7,15 @@
 //! - [`logprobs`]: the chosen token's and the top-n log-probabilities.
 //! - [`StopChecker`]: EOS, stop tokens, stop strings (held back from
 //!   streaming while they may still match) and `max_tokens`.
+//! - [`HostLogits`]: a step's logits copied to the host once, read by
+//!   sampling, log-probabilities and the routing signals.
 //! - [`signals`]: routing signals from a step's logits (normalized entropy),
-//!   read by the runner and the policies.
+//!   one host pass per row (`kernels::row_stats`), read by the runner and
+//!   the policies.
 
 mod error;
 mod filters;
+mod host_logits;
 pub mod logprobs;
 mod params;
 mod sampler;
@@ -19,6 +23,7 @@ pub mod signals;
 mod stop;
 
 pub use error::SamplingError;
+pub use host_logits::HostLogits;
 pub use logprobs::{logprobs, TokenLogprobs};
 pub use params::{ParamError, SamplingParams, MAX_TEMPERATURE, MAX_TOP_LOGPROBS};
 pub use sampler::{Sampler, GREEDY_TEMPERATURE_EPS};

@@ -1,25 +1,27 @@
-//! Router signals computed from a step's logits on the runner's device
-//! (checked against the CPU references in `kernels`).
+//! Router signals of a step's logits, computed on the host by one pass per
+//! row (`kernels::row_stats`) rather than a chain of tensor ops.
 
-use tch::{Kind, Tensor};
+use tch::{TchError, Tensor};
 
-use tch::TchError;
+use super::HostLogits;
 
-/// Normalized entropy `-Σ p log p / log V` of each row of `[B, V]` logits, in [0, 1].
+pub use kernels::{row_stats, RowStats};
+
+/// The signals of every row of host logits, in row order.
+pub fn row_stats_all(logits: &HostLogits) -> Vec<RowStats> {
+    (0..logits.rows())
+        .filter_map(|i| logits.row(i).map(row_stats))
+        .collect()
+}
+
+/// Normalized entropy `-Σ p log p / log V` of each row of `[B, V]` logits,
+/// in [0, 1] (`NaN` for a row with a `NaN` or `+inf`).
 pub fn normalized_entropy_rows(logits: &Tensor) -> Result<Vec<f32>, TchError> {
-    let v = logits.size().last().copied().unwrap_or(1).max(2);
-    let logp = logits
-        .f_to_kind(Kind::Float)?
-        .f_log_softmax(-1, Kind::Float)?;
-    let h = logp
-        .f_exp()?
-        .f_mul(&logp)?
-        .f_sum_dim_intlist(-1, false, Kind::Float)?
-        .f_neg()?;
-    let h = h
-        .f_div_scalar((v as f64).ln())?
-        .f_to_device(tch::Device::Cpu)?;
-    Vec::<f32>::try_from(&h)
+    let host = HostLogits::from_tensor(logits)?;
+    Ok(row_stats_all(&host)
+        .iter()
+        .map(|s| s.normalized_entropy)
+        .collect())
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ use crate::peer::transport::PeerSender;
 use crate::routing::signal_health::SignalHealth;
 use crate::routing::RoutingPolicy;
 use crate::runner::ModelRunner;
+use crate::sampling::HostLogits;
 use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInputs};
 use crate::scheduler::client::RequestError;
 use crate::scheduler::inbox::{Inbound, InboxReceiver};
@@ -91,6 +92,8 @@ pub struct Scheduler<R: ModelRunner> {
     signal_health: Option<(SignalHealth, [u64; 3])>,
     /// Asleep on the inbox as far as the group's shared state knows.
     asleep: bool,
+    /// The step's logits on the host, reused across steps.
+    host_logits: HostLogits,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -127,6 +130,7 @@ impl<R: ModelRunner> Scheduler<R> {
             shutting_down: false,
             share,
             asleep: false,
+            host_logits: HostLogits::default(),
         }
     }
 

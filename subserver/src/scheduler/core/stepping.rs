@@ -9,10 +9,18 @@ use crate::peer::message::{ModelIdx, Rid};
 use crate::routing::{Dest, RouteItem, StepView};
 use crate::runner::{ModelRunner, StepBatch, StepItem};
 use crate::sampling::logprobs::{logprobs, TokenLogprobs};
+use crate::sampling::HostLogits;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::{RequestError, StreamEvent};
 
 use super::Scheduler;
+
+/// The sampled columns of row `i`, or why there is none.
+fn row_of(r: &HostLogits, i: usize, vocab: usize) -> Result<&[f32], crate::error::EngineError> {
+    r.sample_row(i, vocab).ok_or_else(|| {
+        crate::error::EngineError::InvalidRequest(format!("the backend returned no logits row {i}"))
+    })
+}
 
 impl<R: ModelRunner> Scheduler<R> {
     /// One forward over the planned batch, then sample, route, and commit or send.
@@ -112,11 +120,26 @@ impl<R: ModelRunner> Scheduler<R> {
         out: crate::runner::StepOutput,
         entropy_rows: &[usize],
     ) -> Result<(), crate::error::EngineError> {
-        let rows = if out.tokens.is_none() {
-            Some(out.sample_rows(self.runner.info().vocab_size)?)
-        } else {
-            None
-        };
+        // One host copy of the logits per step, in a buffer kept across
+        // steps: sampling, log-probabilities and signals all read it.
+        let mut host = std::mem::take(&mut self.host_logits);
+        let have_rows = out.tokens.is_none();
+        if have_rows {
+            out.host_logits_into(&mut host)?;
+        }
+        let result = self.sample_and_route(plan, &out, entropy_rows, have_rows.then_some(&host));
+        self.host_logits = host;
+        result
+    }
+
+    fn sample_and_route(
+        &mut self,
+        plan: &[(Rid, usize)],
+        out: &crate::runner::StepOutput,
+        entropy_rows: &[usize],
+        rows: Option<&HostLogits>,
+    ) -> Result<(), crate::error::EngineError> {
+        let vocab = self.runner.info().vocab_size;
         let mut route_items: Vec<RouteItem> = Vec::new();
         let mut route_rows: Vec<i64> = Vec::new();
         let mut route_logprobs: Vec<Option<TokenLogprobs>> = Vec::new();
@@ -134,11 +157,11 @@ impl<R: ModelRunner> Scheduler<R> {
             if seq.pending_tokens() > 0 {
                 continue; // a prefill chunk: not a next-token distribution yet
             }
-            let token = match (&out.tokens, &rows) {
+            let token = match (&out.tokens, rows) {
                 (Some(t), _) => t[row],
                 (None, Some(r)) => seq
                     .sampler
-                    .sample(&r[row])
+                    .sample(row_of(r, row, vocab)?)
                     .map_err(|e| crate::error::EngineError::InvalidRequest(e.to_string()))?,
                 (None, None) => {
                     return Err(crate::error::EngineError::InvalidRequest(
@@ -146,9 +169,9 @@ impl<R: ModelRunner> Scheduler<R> {
                     ))
                 }
             };
-            let lp = match (seq.logprobs, &rows) {
+            let lp = match (seq.logprobs, rows) {
                 (Some(n), Some(r)) => Some(
-                    logprobs(&r[row], token, n)
+                    logprobs(row_of(r, row, vocab)?, token, n)
                         .map_err(|e| crate::error::EngineError::InvalidRequest(e.to_string()))?,
                 ),
                 _ => None,
@@ -181,6 +204,14 @@ impl<R: ModelRunner> Scheduler<R> {
         };
         let logits = out.logits.as_ref().map(pick).transpose()?;
         let hidden = out.hidden.as_ref().map(pick).transpose()?;
+        // Signals over the full head row, as the policies always read them.
+        let signals: Option<Vec<kernels::RowStats>> =
+            rows.filter(|_| self.policy.wants_logit_signals()).map(|r| {
+                route_rows
+                    .iter()
+                    .filter_map(|&i| r.row(i as usize).map(kernels::row_stats))
+                    .collect()
+            });
         let view = StepView {
             model: self.me(),
             num_models: self.num_models(),
@@ -188,6 +219,7 @@ impl<R: ModelRunner> Scheduler<R> {
             logits: logits.as_ref(),
             hidden: hidden.as_ref(),
             embeddings: self.runner.embeddings(),
+            signals: signals.as_deref(),
         };
         let dests = self.policy.route(&view);
         self.report_signal_failures();
