@@ -1,0 +1,93 @@
+"""Starts one container: run by the kubelet as `ip netns exec NETNS python3 launch.py SPEC.json`
+(ip netns exec gives a private mount namespace). Joins the container's cgroups, builds its root
+(a tmpfs with the host's system directories read-only, volumes at their mountPaths, the pod's
+/etc/hosts, its own cgroup at /sys/fs/cgroup/memory), sets the hostname, chroots, drops to the
+pod's user and execs the command, so the kubelet's child PID is the container's process."""
+import ctypes
+import json
+import os
+import socket
+import subprocess
+import sys
+
+CLONE_NEWUTS = 0x04000000
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def fail(msg):
+    sys.stderr.write(f"localnode: cannot start container: {msg}\n")
+    sys.stderr.flush()
+    os._exit(128)
+
+
+def mount(*args):
+    r = subprocess.run(["mount", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        fail(f"mount {' '.join(args)}: {r.stderr.strip()}")
+
+
+def bind(src, dst, ro):
+    if os.path.isdir(src):
+        os.makedirs(dst, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        if not os.path.exists(dst):
+            open(dst, "a").close()
+    mount("--rbind", src, dst)
+    if ro:
+        mount("-o", "remount,bind,ro", dst)
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    for cg in spec["cgroups"]:
+        with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWUTS) != 0:
+        fail(f"unshare(CLONE_NEWUTS): errno {ctypes.get_errno()}")
+    socket.sethostname(spec["hostname"])
+    root = spec["root"]
+    os.makedirs(root, exist_ok=True)
+    mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", root)
+    for d in spec["host_dirs"]:
+        if not os.path.lexists(d):
+            continue
+        target = root + d
+        if os.path.islink(d):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.symlink(os.readlink(d), target)
+        else:
+            bind(d, target, True)
+    bind("/dev", root + "/dev", False)
+    os.makedirs(root + "/proc", exist_ok=True)
+    mount("-t", "proc", "proc", root + "/proc")
+    bind("/sys", root + "/sys", True)
+    if spec.get("memory_cgroup"):
+        mount("--bind", spec["memory_cgroup"], root + "/sys/fs/cgroup/memory")
+    bind(spec["hosts"], root + "/etc/hosts", True)
+    for m in spec["mounts"]:
+        bind(m["src"], root + m["dst"], m["ro"])
+    if spec.get("read_only_root"):
+        mount("-o", "remount,ro", root)
+    os.chroot(root)
+    os.chdir(spec.get("cwd") or "/")
+    if spec.get("gid") is not None:
+        os.setgroups(spec.get("groups") or [])
+        os.setgid(spec["gid"])
+    if spec.get("uid") is not None:
+        os.setuid(spec["uid"])
+    env = dict(spec["env"])
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.setdefault("HOSTNAME", spec["hostname"])
+    argv = spec["argv"]
+    if not argv:
+        fail("no command: the image map gives no entrypoint and the container sets no command")
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as e:
+        fail(f"exec {argv[0]!r}: {e}")
+
+
+if __name__ == "__main__":
+    main()
