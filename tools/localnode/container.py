@@ -154,7 +154,9 @@ class Container(threading.Thread):
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         out = open(log_path, "ab")
         self.oom_before = self.cg.oom_kills()
-        self.proc = subprocess.Popen(["ip", "netns", "exec", pod.netns, sys.executable, LAUNCH,
+        # nsenter + unshare rather than `ip netns exec`, which remounts /sys without the cgroups.
+        self.proc = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{pod.netns}", "unshare", "--mount",
+                                      "--propagation", "private", "--", sys.executable, LAUNCH,
                                       os.path.join(cdir, "launch.json")],
                                      stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      start_new_session=True)

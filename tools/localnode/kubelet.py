@@ -177,8 +177,11 @@ class PodWorker(threading.Thread):
         for t in threads:
             t.join()
         # Sidecars stop after the main containers, in reverse order, with what is left of the grace period.
-        for c in reversed([c for c in self.inits if c.is_alive() or c.proc is not None]):
+        for c in reversed([c for c in self.inits if c.is_alive()]):
             c.stop(max(2.0, grace - (time.monotonic() - t0)))
+        for c in self.inits + self.containers:
+            if c.cg:
+                c.cg.remove()
         self.changed()
         self.kubelet.journal(self, None, "stopped", took_s=round(time.monotonic() - t0, 3), grace_s=grace)
         self.finished.set()
@@ -270,6 +273,15 @@ class Kubelet:
         return os.path.join(self.state, "logs", meta(pod.obj)["namespace"], meta(pod.obj)["name"],
                             container, f"{restart}.log")
 
+    def retire_logs(self, ns, name):
+        """A new pod of an old name (a StatefulSet ordinal) starts with fresh logs; the old ones
+        move to logs/NS/.old/ (kept for the e2e log collection)."""
+        d = os.path.join(self.state, "logs", ns, name)
+        if os.path.isdir(d):
+            old = os.path.join(self.state, "logs", ns, ".old")
+            os.makedirs(old, exist_ok=True)
+            os.rename(d, os.path.join(old, f"{name}.{time.strftime('%H%M%S')}.{time.monotonic_ns() % 10**6}"))
+
     def journal(self, pod, container, event, **kw):
         rec = {"t": now(), "mono": round(time.monotonic(), 3), "ns": meta(pod.obj)["namespace"],
                "pod": meta(pod.obj)["name"], "uid": pod.uid, "container": container, "event": event, **kw}
@@ -314,6 +326,7 @@ class Kubelet:
                                                                   "spec": {"nodeName": self.node}})
                     if pod is None:
                         continue
+                self.retire_logs(md["namespace"], md["name"])
                 w = PodWorker(self, pod)
                 w.refresh(pod, nso, by_ns(pvcs, ns))
                 self.workers[uid] = w

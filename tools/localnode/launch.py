@@ -1,5 +1,5 @@
-"""Starts one container: run by the kubelet as `ip netns exec NETNS python3 launch.py SPEC.json`
-(ip netns exec gives a private mount namespace). Joins the container's cgroups, builds its root
+"""Starts one container: run by the kubelet as `nsenter --net=NETNS unshare --mount python3
+launch.py SPEC.json` (a private mount namespace in the pod's network namespace). Joins the container's cgroups, builds its root
 (a tmpfs with the host's system directories read-only, volumes at their mountPaths, the pod's
 /etc/hosts, its own cgroup at /sys/fs/cgroup/memory), sets the hostname, chroots, drops to the
 pod's user and execs the command, so the kubelet's child PID is the container's process."""

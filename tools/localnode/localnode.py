@@ -4,7 +4,7 @@
   localnode.py down --state DIR
   localnode.py logs [-n NS] [-c CONTAINER] [-p] POD --state DIR
   localnode.py port-forward [-n NS] svc/NAME|pod/NAME LOCAL:PORT --kubeconfig K
-  localnode.py cp [-n NS] SRC POD:PATH --state DIR --kubeconfig K
+  localnode.py cp [-n NS] [--link] SRC POD:PATH --state DIR --kubeconfig K
 
 See the README's "Local node (test infrastructure)" section for what it imitates and what not.
 """
@@ -272,11 +272,20 @@ def cp(args):
     if m.get("subPath"):
         base = os.path.join(base, m["subPath"])
     dst = os.path.join(base, path[len(mp):].lstrip("/"))
+    copy = link_or_copy if args.link else shutil.copy2
     if os.path.isdir(args.src):
-        shutil.copytree(args.src, dst, dirs_exist_ok=True)
+        shutil.copytree(args.src, dst, dirs_exist_ok=True, copy_function=copy)
     else:
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copy2(args.src, dst)
+        copy(args.src, dst)
+
+
+def link_or_copy(src, dst):
+    """A hard link (weights are read-only; no copy of gigabytes), or a copy across filesystems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def main():
@@ -316,6 +325,7 @@ def main():
     s.add_argument("-n", "--namespace", default="default")
     s.add_argument("--state", default=env("LOCALNODE_STATE", "/tmp/localnode"))
     s.add_argument("--kubeconfig", default=env("KUBECONFIG"))
+    s.add_argument("--link", action="store_true", help="hard-link files instead of copying")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
     {"up": up, "down": down, "logs": logs, "port-forward": port_forward, "cp": cp}[args.cmd](args)

@@ -59,5 +59,6 @@ def run(handler, container, pod_ip, pid, timeout):
         return False, f"unsupported handler {sorted(handler)}"
     except subprocess.TimeoutExpired:
         return False, f"command timed out after {timeout}s"
-    except (OSError, ValueError, http.client.HTTPException) as e:
+    except (OSError, ValueError, TypeError, KeyError, http.client.HTTPException) as e:
+        # TypeError/KeyError: a malformed handler (the kit does not validate pods) fails the probe.
         return False, f"{type(e).__name__}: {e}"
