@@ -62,14 +62,18 @@ class Run:
     def __init__(self, args):
         self.args = args
         self.ns = args.ns
-        self.trd = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", args.trd))
-        self.name = self.trd["metadata"]["name"]
-        self.spec = self.trd["spec"]
+        self.trd = None
         self.api_key = None
         self.forward = None
         self.base_url = None
         self.step_no = 0
         os.makedirs(args.out, exist_ok=True)
+
+    def load_trd(self):
+        """The resource as JSON (the client-side dry run needs the CRD, so after helm install)."""
+        self.trd = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", self.args.trd))
+        self.name = self.trd["metadata"]["name"]
+        self.spec = self.trd["spec"]
 
     def step(self, title, fn, *a):
         self.step_no += 1
@@ -91,15 +95,18 @@ class Run:
 
     # ---- steps
     def helm_install(self):
+        # The kit refuses helm's server-side apply of a Namespace (`--create-namespace`): create it first.
+        kubectl("create", "namespace", "tokenrouter", check=False)
         sh("helm", "install", "tokenrouter", os.path.join(ROOT, "charts", "tokenrouter"), "-n", "tokenrouter",
-           "--create-namespace", "--set", f"operator.autoscalePeriodSeconds={self.args.autoscale_period}",
+           "--set", f"operator.autoscalePeriodSeconds={self.args.autoscale_period}",
            "--set", f"operator.drainSettleSeconds={self.args.drain_settle}")
         def ready():
-            out = kubectl("-n", "tokenrouter", "get", "pods", "-l", "app.kubernetes.io/name=tokenrouter", "-o",
+            out = kubectl("-n", "tokenrouter", "get", "pods", "-l", "app.kubernetes.io/name=tokenrouter-operator", "-o",
                           "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}").strip()
             return out == "True", out
         wait_until("operator pod Ready", ready, 120)
-        pod = kjson("-n", "tokenrouter", "get", "pods", "-l", "app.kubernetes.io/name=tokenrouter")["items"][0]
+        self.load_trd()
+        pod = kjson("-n", "tokenrouter", "get", "pods", "-l", "app.kubernetes.io/name=tokenrouter-operator")["items"][0]
         return f"operator pod {pod['metadata']['name']} at {pod['status']['podIP']}"
 
     def weights(self):
@@ -242,7 +249,7 @@ class Run:
             elif os.path.exists(src):
                 shutil.copy(src, dst)
         with open(os.path.join(self.args.out, "describe.txt"), "w") as f:
-            for what in (["-n", self.ns, "describe", "trd"], ["-n", self.ns, "get", "pods", "-o", "yaml"],
+            for what in (["-n", self.ns, "describe", "trd"], ["-n", self.ns, "get", "events"], ["-n", self.ns, "get", "pods", "-o", "yaml"],
                          ["-n", "tokenrouter", "get", "pods", "-o", "yaml"]):
                 f.write(f"$ kubectl {' '.join(what)}\n")
                 f.write(kubectl(*what, check=False, timeout=30))

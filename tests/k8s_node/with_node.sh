@@ -2,7 +2,7 @@
 # with_node.sh STATE_DIR CMD...: runs CMD with the k8s test kit and the local node up (kit state in
 # STATE_DIR/kit, node state in STATE_DIR/node), then stops both, also when CMD fails. CMD sees
 # KUBECONFIG, PATH (kubectl, helm) and LOCALNODE_STATE. Ports: TOKENROUTER_K8S_*_PORT; pod subnet:
-# LOCALNODE_SUBNET / LOCALNODE_TAG (see tools/localnode/localnode.py).
+# LOCALNODE_SUBNET / LOCALNODE_TAG (see tools/localnode/localnode.py); binaries: LOCALNODE_ROOT/target/release.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 KIT=${K8S_KIT:-$ROOT/../shared/k8s-test-kit}
@@ -24,7 +24,7 @@ stop() {
 }
 trap stop EXIT
 . "$ST/kit/env"
-"$KPY" "$ROOT/tools/localnode/localnode.py" up --root "$ROOT" --state "$LOCALNODE_STATE" \
+"$KPY" "$ROOT/tools/localnode/localnode.py" up --root "${LOCALNODE_ROOT:-$ROOT}" --state "$LOCALNODE_STATE" \
   --kubeconfig "$KUBECONFIG" >"$ST/node.log" 2>&1 &
 node_pid=$!
 for _ in $(seq 1 300); do

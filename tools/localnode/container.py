@@ -144,7 +144,8 @@ class Container(threading.Thread):
         cdir = os.path.join(pod.dir, "containers", self.name)
         os.makedirs(cdir, exist_ok=True)
         spec = {"root": os.path.join(cdir, "root"), "cgroups": self.cg.dirs, "memory_cgroup": self.cg.mem,
-                "hostname": pod.hostname, "hosts": pod.hosts_path, "host_dirs": pod.kubelet.host_dirs,
+                "layers": os.path.join(cdir, "layers"), "hostname": pod.hostname, "hosts": pod.hosts_path,
+                "image_dirs": pod.kubelet.image_dirs, "host_dirs": pod.kubelet.host_dirs,
                 "mounts": mounts, "env": env, "argv": argv, "cwd": self.spec.get("workingDir"),
                 "uid": uid, "gid": gid, "groups": groups,
                 "read_only_root": bool(csc.get("readOnlyRootFilesystem"))}

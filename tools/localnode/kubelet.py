@@ -261,9 +261,12 @@ class PodWorker(threading.Thread):
 
 
 class Kubelet:
-    def __init__(self, api, net, state, node, image_map, host_dirs, pod_kubeconfig, tag):
+    def __init__(self, api, net, state, node, image_map, dirs, pod_kubeconfig, tag):
+        """`dirs`: (system directories every container gets under an overlay, project directories
+        it gets read-only)."""
         self.api, self.net, self.state, self.node = api, net, state, node
-        self.image_map, self.host_dirs, self.pod_kubeconfig, self.tag = image_map, host_dirs, pod_kubeconfig, tag
+        self.image_map, self.pod_kubeconfig, self.tag = image_map, pod_kubeconfig, tag
+        self.image_dirs, self.host_dirs = dirs
         self.pv_root = os.path.join(state, "pv")
         self.workers = {}
         self.records = []

@@ -1,6 +1,6 @@
 """Starts one container: run by the kubelet as `nsenter --net=NETNS unshare --mount python3
 launch.py SPEC.json` (a private mount namespace in the pod's network namespace). Joins the container's cgroups, builds its root
-(a tmpfs with the host's system directories read-only, volumes at their mountPaths, the pod's
+(a tmpfs with the host's system directories under a writable overlay, the project read-only, volumes at their mountPaths, the pod's
 /etc/hosts, its own cgroup at /sys/fs/cgroup/memory), sets the hostname, chroots, drops to the
 pod's user and execs the command, so the kubelet's child PID is the container's process."""
 import ctypes
@@ -48,15 +48,28 @@ def main():
         fail(f"unshare(CLONE_NEWUTS): errno {ctypes.get_errno()}")
     socket.sethostname(spec["hostname"])
     root = spec["root"]
-    os.makedirs(root, exist_ok=True)
-    mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", root)
-    for d in spec["host_dirs"]:
+    layers = spec["layers"]
+    for d in (root, layers):
+        os.makedirs(d, exist_ok=True)
+        mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", d)
+    overlays = []
+    for d in spec["image_dirs"] + spec["host_dirs"]:
         if not os.path.lexists(d):
             continue
         target = root + d
         if os.path.islink(d):
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.symlink(os.readlink(d), target)
+        elif d in spec["image_dirs"]:
+            # The "image": the host's system directories under a writable layer, so that mount
+            # points such as /etc/tokenrouter can be made (as a runtime does in the image's rootfs).
+            name = d.strip("/").replace("/", "_")
+            up, work = f"{layers}/up/{name}", f"{layers}/work/{name}"
+            os.makedirs(up)
+            os.makedirs(work)
+            os.makedirs(target, exist_ok=True)
+            mount("-t", "overlay", "overlay", "-o", f"lowerdir={d},upperdir={up},workdir={work}", target)
+            overlays.append(target)
         else:
             bind(d, target, True)
     bind("/dev", root + "/dev", False)
@@ -69,6 +82,8 @@ def main():
     for m in spec["mounts"]:
         bind(m["src"], root + m["dst"], m["ro"])
     if spec.get("read_only_root"):
+        for target in overlays:
+            mount("-o", "remount,ro", target)
         mount("-o", "remount,ro", root)
     os.chroot(root)
     os.chdir(spec.get("cwd") or "/")
