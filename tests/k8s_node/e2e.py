@@ -63,6 +63,7 @@ class Run:
         self.args = args
         self.ns = args.ns
         self.trd = None
+        self.weights_alias = {}  # PVC subPath -> directory under --models (stand-in weights)
         self.api_key = None
         self.forward = None
         self.base_url = None
@@ -118,9 +119,10 @@ class Run:
                 claims.setdefault(pvc["claimName"], set()).add(pvc.get("subPath") or "")
         done = []
         for claim, subs in sorted(claims.items()):
-            missing = [s for s in subs if not os.path.isdir(os.path.join(self.args.models, s))]
+            local = lambda s: os.path.join(self.args.models, self.weights_alias.get(s, s))
+            missing = [s for s in subs if not os.path.isdir(local(s))]
             if missing:
-                raise StepFailed(f"no weights for claim {claim}: {', '.join(os.path.join(self.args.models, s) for s in missing)}")
+                raise StepFailed(f"no weights for claim {claim}: {', '.join(local(s) for s in missing)}")
             loader = f"weights-loader-{claim}"[:63]
             manifest = {"apiVersion": "v1", "kind": "List", "items": [
                 {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
@@ -133,7 +135,7 @@ class Run:
             kubectl("-n", self.ns, "apply", "-f", "-", input=json.dumps(manifest))
             kubectl("-n", self.ns, "wait", "--for=condition=Ready", f"pod/{loader}", "--timeout=60s")
             for s in sorted(subs):
-                sh(KPY, LOCALNODE, "cp", "--link", "-n", self.ns, os.path.join(self.args.models, s), f"{loader}:/w/{s}")
+                sh(KPY, LOCALNODE, "cp", "--link", "-n", self.ns, local(s), f"{loader}:/w/{s}")
             kubectl("-n", self.ns, "delete", "pod", loader, "--wait=true", "--timeout=60s")
             done.append(f"{claim}: {', '.join(sorted(subs))}")
         return "; ".join(done)
@@ -149,7 +151,7 @@ class Run:
 
     def apply_ready(self):
         kubectl("-n", self.ns, "apply", "-f", self.args.trd)
-        self.wait_ready(self.args.ready_timeout)
+        self.wait_serving(self.args.ready_timeout)
         return kubectl("-n", self.ns, "get", "trd", self.name, "--no-headers").strip()
 
     def wait_ready(self, timeout):
@@ -162,6 +164,17 @@ class Run:
             wait_until(f"trd/{self.name} Ready", ready, timeout)
         except StepFailed as e:
             raise StepFailed(f"{e}; {self.pods_summary()}")
+
+    def wait_serving(self, timeout):
+        """Ready, and the gateway Service has a ready endpoint (what a client needs)."""
+        self.wait_ready(timeout)
+
+        def ready_endpoints():
+            eps = [e for sl in kjson("-n", self.ns, "get", "endpointslices", "-l",
+                                     f"kubernetes.io/service-name={self.name}-gateway")["items"]
+                   for e in sl.get("endpoints") or [] if e["conditions"].get("ready")]
+            return bool(eps), self.pods_summary()
+        wait_until("a ready gateway endpoint", ready_endpoints, timeout)
 
     def pods_summary(self):
         out = []

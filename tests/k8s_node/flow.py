@@ -2,6 +2,7 @@
 (part of `make test`) inside with_node.sh: the e2e steps for examples/k8s/smollm2-cpu.yaml with
 both models writing tokens, then autoscaling under concurrent load, a model pod killed
 mid-stream, the load-free scale-down, and `kubectl delete trd`."""
+import argparse
 import concurrent.futures
 import json
 import os
@@ -103,10 +104,73 @@ class Flow(Run):
             cs = p["status"]["containerStatuses"][0]
             return cs["restartCount"] > restarts and cs["ready"], cs
         wait_until(f"{name} restarted and Ready", restarted, 180, 1)
-        self.wait_ready(180)
+        self.wait_serving(180)
         text, by_model = self.chat(served)
         assert text.strip(), "no completion after the restart"
         return f"client saw: {outcome}; {name} restarted; completion after: {by_model}"
+
+
+def variant(run, src, out, edit):
+    """A copy of example `src` changed by `edit` (written as JSON to `out`)."""
+    trd = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", src))
+    trd["metadata"].pop("namespace", None)
+    edit(trd["spec"])
+    with open(out, "w") as f:
+        json.dump(trd, f)
+    return out
+
+
+def me_on_cpu(spec):
+    """me-three-models.yaml on the CPU: the three models on `cpu`, f32, no GPUs, one group."""
+    for m in spec["models"]:
+        m["device"] = "cpu"
+        m.pop("resources", None)
+    spec["models"][0]["resources"] = {"limits": {"memory": "8Gi"}}
+    spec["dtype"] = "f32"
+    spec["groups"] = 1
+    spec.pop("nodePool", None)
+
+
+def gpu_short_of_cuda(spec):
+    """The GPU example as written, except what needs a Prometheus operator (ServiceMonitor CRD)."""
+    spec["serviceMonitor"] = False
+
+
+class Sub(Flow):
+    """Another resource in its own namespace, with stand-in weights (qwen3-tiny for every Qwen3)."""
+
+    def __init__(self, args, trd, ns):
+        a = argparse.Namespace(**vars(args))
+        a.trd, a.ns = trd, ns
+        super().__init__(a)
+        self.load_trd()
+        self.weights_alias = {m["source"]["pvc"]["subPath"]: "qwen3-tiny" for m in self.spec["models"]}
+
+    def processes_start(self):
+        """Every model pod's container started with its weights, config and env in place."""
+        want = {m["name"] for m in self.spec["models"]}
+        seen = {}
+
+        def started():
+            for p in kjson("-n", self.ns, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")["items"]:
+                model = p["metadata"]["labels"].get("tokenrouter.io/model")
+                spec_file = os.path.join(os.environ["LOCALNODE_STATE"], "pods", p["metadata"]["uid"], "containers",
+                                         "subserver", "launch.json")
+                if model and os.path.exists(spec_file):
+                    with open(spec_file) as f:
+                        seen[model] = json.load(f)
+            return set(seen) >= want, sorted(seen)
+        wait_until("every model's process started", started, 180)
+        out = []
+        for model, spec in sorted(seen.items()):
+            dsts = {m["dst"] for m in spec["mounts"]}
+            env = spec["env"]
+            assert f"/models/{model}" in dsts and "/etc/tokenrouter" in dsts, f"{model}: mounts {sorted(dsts)}"
+            for k in ("TOKENROUTER_GROUP", "TOKENROUTER_ADMIN_TOKEN", "CUDA_MPS_PIPE_DIRECTORY",
+                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
+                assert env.get(k), f"{model}: env {k} missing ({sorted(env)})"
+            out.append(f"{model}: mounts {sorted(dsts)}, MPS {env['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE']}%")
+        return "; ".join(out)
 
 
 def main():
@@ -125,6 +189,23 @@ def main():
         run.step("load stops: scale-down drains, no failed request", run.scale_down)
         run.step("model pod killed mid-stream: error, restart, Ready", run.kill_mid_stream)
         run.step("kubectl delete trd: SIGTERM exits, nothing left", run.delete)
+        me = Sub(args, variant(run, os.path.join(ROOT, "examples", "k8s", "me-three-models.yaml"),
+                               os.path.join(args.out, "me-cpu.json"), me_on_cpu), "me")
+        me.step_no = run.step_no
+        me.step("me-three-models on CPU: weights", me.weights)
+        me.step("me-three-models on CPU: apply -> Ready", me.apply_ready)
+        me.step("me-three-models on CPU: port-forward", me.port_forward)
+        me.step("me-three-models on CPU: completions", me.completions, False)
+        me.step("me-three-models on CPU: delete", me.delete)
+        me.close()
+        gpu = Sub(args, variant(run, os.path.join(ROOT, "examples", "k8s", "r2r-qwen3-0.6b-32b.yaml"),
+                                os.path.join(args.out, "gpu.json"), gpu_short_of_cuda), "gpu")
+        gpu.step_no = me.step_no
+        gpu.step("GPU example: weights", gpu.weights)
+        gpu.step("GPU example: API key secret", gpu.api_key_secret)
+        gpu.step("GPU example: apply, processes start with mounts and env",
+                 lambda: kubectl("-n", gpu.ns, "apply", "-f", gpu.args.trd) and gpu.processes_start())
+        gpu.step("GPU example: delete", gpu.delete)
     except StepFailed as e:
         print(f"[flow] {e}")
         raise SystemExit(1)
