@@ -201,10 +201,10 @@ class Run:
         from openai import OpenAI
         return OpenAI(base_url=self.base_url, api_key=self.api_key or "none", max_retries=0, timeout=120)
 
-    def chat(self, model, max_tokens=24):
+    def chat(self, model, max_tokens=48, prompt="Count from one to twenty in words, separated by commas."):
         r = self.client().chat.completions.create(
             model=model, max_tokens=max_tokens, temperature=0,
-            messages=[{"role": "user", "content": "Name three colours and say why the sky is blue."}])
+            messages=[{"role": "user", "content": prompt}])
         usage = r.model_dump().get("usage") or {}
         return r.choices[0].message.content or "", usage.get("completion_tokens_by_model") or {}
 
