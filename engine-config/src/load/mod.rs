@@ -148,6 +148,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         dtype,
         tp_size,
         kv_budget,
+        block_size: system.block_size,
         base_dir: &base_dir,
         env,
     };
