@@ -138,6 +138,7 @@ lint:
 test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
+	$(MAKE) test-node-flow
 
 # Every page under docs/results/ that a benchmark writes, each written whole
 # by its own target (engine first: ablation reads the profile it saves). Raw
@@ -298,6 +299,33 @@ test-k8s: k8s-kit hadolint helm-check
 with_k8s = bash -c 'set -euo pipefail; st=$(K8S_STATE); \
 	  bash $(K8S_KIT)/up.sh "$$st" >/dev/null; trap "bash $(K8S_KIT)/down.sh $$st" EXIT; \
 	  . "$$st/env"; TOKENROUTER_REQUIRE_K8S=1 $(1)'
+
+# --- The local node (tools/localnode): pods of the test kit as real processes ---
+# Python in the kit's venv (PyYAML); netns, veths and cgroups need root. Pods get
+# addresses from LOCALNODE_SUBNET (default 10.213.0.0/16), names prefixed LOCALNODE_TAG.
+LOCALNODE_PY := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/venv/bin/python
+WITH_NODE    := bash tests/k8s_node/with_node.sh
+E2E_OUT      ?= $(CACHE)/e2e
+
+.PHONY: node-binaries test-localnode test-node-flow e2e
+
+# What the node's image map runs: the engine and the operator.
+node-binaries: build
+	cargo build --release -p operator --bin tokenrouter-operator
+
+test-localnode: k8s-kit
+	$(LOCALNODE_PY) -W error -m unittest discover -s tools/localnode -p 'test_*.py'
+
+# The Kubernetes flow end to end on the node (issue 21 item 2): chart, operator pod,
+# weights on a PVC, the CPU example to Ready, completions, kill, delete.
+test-node-flow: k8s-kit venv-openai assets node-binaries test-localnode
+	$(WITH_NODE) $(TARGET_DIR)/node-flow-state $(PY) tests/k8s_node/flow.py --out $(TARGET_DIR)/node-flow
+
+# make e2e TRD=FILE [NS=namespace]: one resource from helm install to delete; pod logs in $(E2E_OUT).
+e2e: k8s-kit venv-openai assets node-binaries
+	@test -n "$(TRD)" || { echo "usage: make e2e TRD=examples/k8s/smollm2-cpu.yaml [NS=namespace]"; exit 2; }
+	rm -rf $(E2E_OUT) && mkdir -p $(E2E_OUT)
+	$(WITH_NODE) $(E2E_OUT)/state $(PY) tests/k8s_node/e2e.py --trd $(TRD) --ns $(or $(NS),tokenrouter) --out $(E2E_OUT)
 
 # --- CUDA without a GPU --------------------------------------------------------
 # nvcc and the CUDA headers from PyPI, matching torch's cu130 runtime. The

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use crds::TokenRouterDeployment;
 use operator::build::{self, Inputs};
-use subserver::config::{EngineConfig, TransportConfig};
+use subserver::config::{EngineConfig, KvBudget, TransportConfig};
 
 /// A two-model sim resource (no weights), as the k8s tests use.
 const SIM: &str = r#"
@@ -97,6 +97,18 @@ fn every_example_renders_a_config_the_engine_loads() {
                 }
                 (crds::v1alpha1::Placement::PodPerGroup, TransportConfig::InProc) => {}
                 (p, t) => panic!("{what} {key}: {p:?} rendered {:?}", t.kind()),
+            }
+        }
+        // A model's kvCache reaches its engine budget in every config.
+        for (i, m) in trd.spec.models.iter().enumerate() {
+            let Some(kv) = &m.kv_cache else { continue };
+            let want = match (kv.tokens, kv.memory_fraction) {
+                (Some(t), _) => KvBudget::Tokens(t as usize),
+                (None, Some(f)) => KvBudget::Fraction(f),
+                (None, None) => panic!("{what}: empty kvCache"),
+            };
+            for (key, cfg) in &configs {
+                assert_eq!(cfg.kv_budget(i), Some(want), "{what} {key} {}", m.name);
             }
         }
         if let Some(share) = trd.spec.policy.target_large_share {

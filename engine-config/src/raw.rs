@@ -50,6 +50,8 @@ pub(crate) struct RawModel {
     pub delayed_batching_threshold: Option<Value>,
     pub device: Option<DeviceSpec>,
     pub dtype: Option<DTypeSetting>,
+    pub mem_fraction_static: Option<f64>,
+    pub kv_cache_tokens: Option<usize>,
     pub sim: Option<RawSimModel>,
 }
 

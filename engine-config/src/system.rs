@@ -3,10 +3,11 @@
 /// How much memory a model's KV cache gets.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum KvBudget {
-    /// This fraction (0, 1] of the device memory free when the cache is
-    /// allocated (`system.mem_fraction_static`).
+    /// This fraction (0, 1] of the device's memory (`mem_fraction_static`):
+    /// on CUDA planned with the weights, on the CPU of the process's cgroup
+    /// memory limit (the host's available memory without one).
     Fraction(f64),
-    /// Exactly this many tokens (`system.kv_cache_tokens`).
+    /// Exactly this many tokens (`kv_cache_tokens`).
     Tokens(usize),
 }
 

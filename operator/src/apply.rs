@@ -348,6 +348,15 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
     ))
 }
 
+/// How many groups the gateway's list holds now (0 before it exists).
+async fn listed_groups(trd: &TokenRouterDeployment, ctx: &Context, ns: &str) -> Result<i32> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let map = api.get_opt(&names::groups_config(trd)).await?;
+    Ok(map
+        .and_then(|m| m.data?.remove(names::GROUPS_KEY))
+        .map_or(0, |text| groups::listed_in(&text)))
+}
+
 /// Everything after the spec check; fills `status` and returns a
 /// non-fatal problem, if any.
 async fn apply_all(
@@ -385,7 +394,8 @@ async fn apply_all(
         }
         _ => false,
     };
-    let plan = groups::plan(current, desired, ready_before.max(0), drained);
+    let listed_now = listed_groups(trd, ctx, ns).await?;
+    let plan = groups::plan(current, listed_now, desired, ready_before.max(0), drained);
     if !plan.draining {
         ctx.remember(&key(trd), |m| m.drain_since = None);
     }

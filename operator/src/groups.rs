@@ -1,6 +1,7 @@
 //! How many groups run and how many the gateway may use, given the decided
-//! count: scale-up lists a new group once it is ready; scale-down unlists
-//! the highest groups first and removes their pods only after they drained.
+//! count: a new group (also the first ones) is listed once it is ready;
+//! scale-down unlists the highest groups first and removes their pods only
+//! after they drained.
 
 use std::time::Duration;
 
@@ -16,35 +17,41 @@ pub struct GroupPlan {
 }
 
 /// Plans the group count. `current`: the StatefulSets' replicas now (`None`
-/// when they do not exist yet); `ready`: groups whose every model is ready;
-/// `drained`: the groups above `desired` have finished their work.
-pub fn plan(current: Option<i32>, desired: i32, ready: i32, drained: bool) -> GroupPlan {
-    let Some(current) = current else {
-        return GroupPlan {
-            replicas: desired,
-            listed: desired,
-            draining: false,
-        };
-    };
-    if desired >= current {
-        GroupPlan {
-            replicas: desired,
-            listed: current.max(ready.min(desired)),
-            draining: false,
-        }
-    } else if drained {
-        GroupPlan {
-            replicas: desired,
-            listed: desired,
-            draining: false,
-        }
-    } else {
-        GroupPlan {
+/// when they do not exist yet); `listed_now`: the groups the gateway's list
+/// holds now; `ready`: groups whose every model is ready; `drained`: the
+/// groups above `desired` have finished their work. A group is listed once
+/// it is ready (also on first creation) and stays listed until a
+/// scale-down unlists it.
+pub fn plan(
+    current: Option<i32>,
+    listed_now: i32,
+    desired: i32,
+    ready: i32,
+    drained: bool,
+) -> GroupPlan {
+    let listed = listed_now.max(ready).min(desired).max(0);
+    match current {
+        Some(current) if desired < current && !drained => GroupPlan {
             replicas: current,
-            listed: desired,
+            listed,
             draining: true,
-        }
+        },
+        _ => GroupPlan {
+            replicas: desired,
+            listed,
+            draining: false,
+        },
     }
+}
+
+/// How many groups a groups-ConfigMap text lists (one URL a line, `#` comments).
+pub fn listed_in(text: &str) -> i32 {
+    let n = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    i32::try_from(n).unwrap_or(i32::MAX)
 }
 
 /// How long a scale-down waits.
@@ -81,31 +88,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn first_apply_runs_and_lists_everything() {
-        let p = plan(None, 3, 0, false);
-        assert_eq!((p.replicas, p.listed, p.draining), (3, 3, false));
+    fn first_apply_runs_everything_and_lists_groups_once_ready() {
+        let p = plan(None, 0, 3, 0, false);
+        assert_eq!((p.replicas, p.listed, p.draining), (3, 0, false));
+        // Next reconciles: the sets exist; groups are listed as they get ready.
+        let p = plan(Some(3), 0, 3, 0, false);
+        assert_eq!((p.replicas, p.listed), (3, 0));
+        let p = plan(Some(3), 0, 3, 2, false);
+        assert_eq!((p.replicas, p.listed), (3, 2));
     }
 
     #[test]
     fn scale_up_lists_new_groups_once_ready() {
-        let p = plan(Some(2), 4, 2, false);
+        let p = plan(Some(2), 2, 4, 2, false);
         assert_eq!((p.replicas, p.listed), (4, 2));
-        let p = plan(Some(4), 4, 3, false);
-        assert_eq!(
-            (p.replicas, p.listed),
-            (4, 4),
-            "groups already running stay listed"
-        );
-        let p = plan(Some(2), 4, 4, false);
+        // The StatefulSets are at 4 now: still only what is ready.
+        let p = plan(Some(4), 2, 4, 3, false);
+        assert_eq!((p.replicas, p.listed), (4, 3));
+        // A listed group that turns unready (a pod restarts) stays listed:
+        // the gateway's health checks steer around it.
+        let p = plan(Some(4), 4, 4, 3, false);
         assert_eq!((p.replicas, p.listed), (4, 4));
     }
 
     #[test]
     fn scale_down_unlists_first_and_removes_after_drain() {
-        let p = plan(Some(4), 2, 4, false);
+        let p = plan(Some(4), 4, 2, 4, false);
         assert_eq!((p.replicas, p.listed, p.draining), (4, 2, true));
-        let p = plan(Some(4), 2, 4, true);
+        let p = plan(Some(4), 2, 2, 4, true);
         assert_eq!((p.replicas, p.listed, p.draining), (2, 2, false));
+    }
+
+    #[test]
+    fn the_group_list_counts_urls_only() {
+        assert_eq!(
+            listed_in("# Written by tokenrouter-operator\nhttp://a\n\nhttp://b\n"),
+            2
+        );
+        assert_eq!(listed_in("# Written by tokenrouter-operator\n"), 0);
     }
 
     #[test]

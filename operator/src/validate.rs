@@ -2,8 +2,52 @@
 //! depend on other fields in ways CEL keeps too costly): pure, so unit tests
 //! cover every reason.
 
-use crds::v1alpha1::Backend;
+use crds::v1alpha1::{Backend, Placement};
 use crds::TokenRouterDeployment;
+
+use crate::names;
+
+/// Longest Service name: a DNS label (RFC 1123).
+pub const MAX_SERVICE_NAME: usize = 63;
+/// Longest StatefulSet name: its pods carry the label
+/// `controller-revision-hash: NAME-HASH` (a dash and up to 10 characters),
+/// and a label value is at most 63 characters.
+pub const MAX_STATEFULSET_NAME: usize = 52;
+
+/// Names of the StatefulSets (each with a headless Service of the same name).
+fn set_names(trd: &TokenRouterDeployment) -> Vec<String> {
+    match trd.spec.placement {
+        Placement::PodPerModel => trd
+            .spec
+            .models
+            .iter()
+            .map(|m| names::model_set(trd, &m.name))
+            .collect(),
+        Placement::PodPerGroup => vec![names::group_set(trd)],
+    }
+}
+
+/// An object name the API server (or the StatefulSet controller) would
+/// refuse: the resource's name is too long for what it derives.
+fn name_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> {
+    let too_long = |name: &str, kind: &str, max: usize| {
+        (name.len() > max).then(|| {
+            (
+                "NameTooLong".to_string(),
+                format!(
+                    "the {kind} name {name} is {} characters, over the {max} allowed: \
+                     shorten the resource's name ({} characters) or the model names",
+                    name.len(),
+                    names::instance(trd).len()
+                ),
+            )
+        })
+    };
+    set_names(trd)
+        .iter()
+        .find_map(|n| too_long(n, "StatefulSet", MAX_STATEFULSET_NAME))
+        .or_else(|| too_long(&names::gateway(trd), "Service", MAX_SERVICE_NAME))
+}
 
 /// The first spec problem of `trd`, as (reason, message).
 pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
@@ -48,6 +92,9 @@ pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
             }
         }
     }
+    if let Some(p) = name_problem(trd) {
+        return Some(p);
+    }
     if let Some(r) = &spec.gateway.api_key_secret_ref {
         if r.name.is_empty() || r.key.as_deref() == Some("") {
             return Some((
@@ -64,10 +111,35 @@ mod tests {
     use super::*;
 
     fn trd(models: &str, extra: &str) -> TokenRouterDeployment {
+        named("t", models, extra)
+    }
+
+    fn named(name: &str, models: &str, extra: &str) -> TokenRouterDeployment {
         serde_yaml::from_str(&format!(
-            "apiVersion: tokenrouter.io/v1alpha1\nkind: TokenRouterDeployment\nmetadata: {{name: t, namespace: n}}\nspec:\n  image: img\n  policy: {{class: R2R}}\n  models: {models}\n{extra}"
+            "apiVersion: tokenrouter.io/v1alpha1\nkind: TokenRouterDeployment\nmetadata: {{name: {name}, namespace: n}}\nspec:\n  image: img\n  policy: {{class: R2R}}\n  models: {models}\n{extra}"
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn names_too_long_for_a_statefulset_or_service_are_refused() {
+        let models = "[{name: reference, entry: true, source: {imagePath: /m}}]";
+        // NAME-reference: 42 + 10 = 52 fits; one more does not.
+        assert_eq!(reason(&named(&"a".repeat(42), models, "")), None);
+        let p = check(&named(&"a".repeat(43), models, "")).unwrap();
+        assert_eq!(p.0, "NameTooLong");
+        assert!(
+            p.1.contains("StatefulSet") && p.1.contains("53 characters"),
+            "{}",
+            p.1
+        );
+        // One StatefulSet of groups: NAME-group.
+        let group = "  placement: podPerGroup\n";
+        assert_eq!(reason(&named(&"a".repeat(46), models, group)), None);
+        assert_eq!(
+            reason(&named(&"a".repeat(47), models, group)).as_deref(),
+            Some("NameTooLong")
+        );
     }
 
     fn reason(t: &TokenRouterDeployment) -> Option<String> {

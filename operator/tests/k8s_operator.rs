@@ -178,9 +178,30 @@ async fn cel_rules_reject_invalid_resources_with_their_messages() {
             json!({"nodePool": {"mps": {"enabled": true, "activeThreadPercentage": {"small": 0}}}}),
             "MPS activeThreadPercentage must be in 1..100",
         ),
+        (
+            "kvCache with both sizes",
+            json!({"models": [{"name": "small", "entry": true, "kvCache": {"tokens": 4096, "memoryFraction": 0.5}}, {"name": "big"}]}),
+            "kvCache: set exactly one of tokens and memoryFraction",
+        ),
+        (
+            "kvCache fraction above 1",
+            json!({"models": [{"name": "small", "entry": true, "kvCache": {"memoryFraction": 1.5}}, {"name": "big"}]}),
+            "kvCache.memoryFraction must be in (0, 1]",
+        ),
+        (
+            // 47 characters: NAME-small is 53, over the 52 of a StatefulSet.
+            "a StatefulSet name over 52 characters",
+            json!({"name": "x".repeat(47)}),
+            "name too long",
+        ),
     ];
     for (what, patch, message) in cases {
         let mut obj = base.clone();
+        let mut patch = patch;
+        // `name` in a case renames the resource (not a spec field).
+        if let Some(name) = patch.as_object_mut().and_then(|p| p.remove("name")) {
+            obj["metadata"]["name"] = name;
+        }
         json_patch_merge(&mut obj["spec"], &patch);
         // Untyped, so values the Rust types would refuse reach the server.
         let trd: kube::api::DynamicObject = serde_json::from_value(obj).unwrap();

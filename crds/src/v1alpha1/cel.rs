@@ -73,6 +73,21 @@ pub const RULES: &[Rule] = &[
         rule: "self.all(k, self[k] >= 1 && self[k] <= 100)",
         message: "MPS activeThreadPercentage must be in 1..100",
     },
+    Rule {
+        at: "/properties/spec/properties/models/items/properties/kvCache",
+        rule: "has(self.tokens) != has(self.memoryFraction)",
+        message: "kvCache: set exactly one of tokens and memoryFraction",
+    },
+    Rule {
+        at: "/properties/spec/properties/models/items/properties/kvCache",
+        rule: "!has(self.memoryFraction) || (self.memoryFraction > 0.0 && self.memoryFraction <= 1.0)",
+        message: "kvCache.memoryFraction must be in (0, 1]",
+    },
+    Rule {
+        at: "",
+        rule: "(has(self.spec.placement) && self.spec.placement == 'podPerGroup') ? size(self.metadata.name) <= 46 : self.spec.models.all(m, size(self.metadata.name) + size(m.name) <= 51)",
+        message: "name too long: NAME-MODEL (or NAME-group with podPerGroup) names a StatefulSet and must be at most 52 characters",
+    },
 ];
 
 /// Size bounds that keep the rules' cost estimate finite.

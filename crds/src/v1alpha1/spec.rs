@@ -126,6 +126,33 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "optional_open_object")]
     pub sim: Option<serde_json::Value>,
+    /// Size of this model's KV cache. Unset: 0.2 of the pod's memory limit
+    /// on the CPU (of the host's available memory without a limit), 0.85 of
+    /// the GPU with the weights on CUDA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<KvCacheSpec>,
+    /// libtorch intra-op threads of this model's process. Unset: the pod's
+    /// CPU limit (its cores without one), shared by the models of a
+    /// `podPerGroup` pod. With `podPerGroup` the process takes the largest
+    /// value its models set (the thread pool is per process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub threads: Option<i32>,
+}
+
+/// A KV cache size: a token count or a fraction of memory (one of the two).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KvCacheSpec {
+    /// Exactly this many tokens (the engine's `kv_cache_tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tokens: Option<i64>,
+    /// This fraction (0, 1] of the pod's memory limit on the CPU (read from
+    /// its cgroup; the pool is capped to fit beside the weights), or of the
+    /// GPU with the weights on CUDA (the engine's `mem_fraction_static`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_fraction: Option<f64>,
 }
 
 /// Where a model's weights live (one of the three).

@@ -270,7 +270,8 @@ mod tests {
             format!(
                 "{}: model.quick.colour: unknown field `colour`, expected one of `path`, \
                  `model_path`, `port`, `tp_size`, `scheduler_class`, `scheduler_kwargs`, \
-                 `delayed_batching_threshold`, `device`, `dtype`, `sim` (at line 3, column 5)",
+                 `delayed_batching_threshold`, `device`, `dtype`, `mem_fraction_static`, \
+                 `kv_cache_tokens`, `sim` (at line 3, column 5)",
                 doc.display()
             )
         );

@@ -149,6 +149,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         dtype: dtype_setting,
         tp_size,
         kv_budget,
+        block_size: system.block_size,
         base_dir: &base_dir,
         env,
     };

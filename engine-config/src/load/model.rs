@@ -26,6 +26,8 @@ pub(super) struct ModelDefaults<'a> {
     pub dtype: DTypeSetting,
     pub tp_size: usize,
     pub kv_budget: Option<KvBudget>,
+    /// `system.block_size` (a per-model token budget holds at least one block).
+    pub block_size: usize,
     pub base_dir: &'a Path,
     pub env: Env<'a>,
 }
@@ -124,8 +126,16 @@ pub(super) fn build_model(
         ));
     }
     let device = raw.device.unwrap_or(defaults.device);
-    let kv_budget = defaults
-        .kv_budget
+    // The model's own budget wins over `system:`'s (a pod per model sizes
+    // each model's pool to its own pod).
+    let own = super::sections::kv_budget(
+        raw.mem_fraction_static,
+        raw.kv_cache_tokens,
+        defaults.block_size,
+        &key,
+    )?;
+    let kv_budget = own
+        .or(defaults.kv_budget)
         .unwrap_or(KvBudget::Fraction(if device.is_cuda() {
             DEFAULT_MEM_FRACTION_CUDA
         } else {

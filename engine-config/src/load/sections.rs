@@ -44,33 +44,40 @@ pub(super) fn build_system(
             t => t,
         },
     };
-    let kv_budget = match (raw.mem_fraction_static, raw.kv_cache_tokens) {
-        (Some(_), Some(_)) => {
-            return Err(ConfigError::invalid(
-                "system.kv_cache_tokens",
-                "`mem_fraction_static` and `kv_cache_tokens` are mutually exclusive (set one)",
-            ))
-        }
-        (Some(f), None) if f > 0.0 && f <= 1.0 => Some(KvBudget::Fraction(f)),
-        (Some(f), None) => {
-            return Err(ConfigError::invalid(
-                "system.mem_fraction_static",
-                format!("must be in (0, 1] (got {f})"),
-            ))
-        }
-        (None, Some(t)) if t >= system.block_size => Some(KvBudget::Tokens(t)),
-        (None, Some(t)) => {
-            return Err(ConfigError::invalid(
-                "system.kv_cache_tokens",
-                format!(
-                    "must hold at least one block of {} tokens (got {t})",
-                    system.block_size
-                ),
-            ))
-        }
-        (None, None) => None,
-    };
+    let kv_budget = kv_budget(
+        raw.mem_fraction_static,
+        raw.kv_cache_tokens,
+        system.block_size,
+        "system",
+    )?;
     Ok((system, kv_budget))
+}
+
+/// The KV budget that `{prefix}.mem_fraction_static` or
+/// `{prefix}.kv_cache_tokens` sets (at most one; `None`: neither).
+pub(super) fn kv_budget(
+    fraction: Option<f64>,
+    tokens: Option<usize>,
+    block_size: usize,
+    prefix: &str,
+) -> Result<Option<KvBudget>, ConfigError> {
+    match (fraction, tokens) {
+        (Some(_), Some(_)) => Err(ConfigError::invalid(
+            format!("{prefix}.kv_cache_tokens"),
+            "`mem_fraction_static` and `kv_cache_tokens` are mutually exclusive (set one)",
+        )),
+        (Some(f), None) if f > 0.0 && f <= 1.0 => Ok(Some(KvBudget::Fraction(f))),
+        (Some(f), None) => Err(ConfigError::invalid(
+            format!("{prefix}.mem_fraction_static"),
+            format!("must be in (0, 1] (got {f})"),
+        )),
+        (None, Some(t)) if t >= block_size => Ok(Some(KvBudget::Tokens(t))),
+        (None, Some(t)) => Err(ConfigError::invalid(
+            format!("{prefix}.kv_cache_tokens"),
+            format!("must hold at least one block of {block_size} tokens (got {t})"),
+        )),
+        (None, None) => Ok(None),
+    }
 }
 
 pub(super) fn build_transport(

@@ -123,6 +123,35 @@ fn per_model_overrides_and_kv_defaults_follow_the_device() {
 }
 
 #[test]
+fn a_models_own_kv_budget_wins_over_the_systems() {
+    let c = load(
+        "model:\n  quick: {path: q, kv_cache_tokens: 512}\n  reference: {path: r, mem_fraction_static: 0.4}\n\
+             system: {entry_model: quick, kv_cache_tokens: 4096}\nscheduler_class: citer\n",
+    )
+    .unwrap();
+    assert_eq!(c.kv_budget(0), Some(KvBudget::Tokens(512)));
+    assert_eq!(c.kv_budget(1), Some(KvBudget::Fraction(0.4)));
+    for (bad, key) in [
+        (
+            "kv_cache_tokens: 512, mem_fraction_static: 0.4",
+            "model.quick.kv_cache_tokens",
+        ),
+        ("kv_cache_tokens: 8", "model.quick.kv_cache_tokens"),
+        (
+            "mem_fraction_static: 1.5",
+            "model.quick.mem_fraction_static",
+        ),
+    ] {
+        let err = load(&format!(
+            "model:\n  quick: {{path: q, {bad}}}\n  reference: {{path: r}}\n\
+                 system: {{entry_model: quick}}\nscheduler_class: citer\n"
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains(key), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn paths_expand_env_and_resolve_against_base_dir() {
     let c = load(
         "model:\n  a: {path: '${CACHE}/models/a'}\n  b: {path: '${UNSET:-../.cache}/models/b'}\n  \

@@ -81,6 +81,13 @@ pub fn render(
         if let Some(sim) = &m.sim {
             entry.insert("sim".into(), sim.clone());
         }
+        if let Some(kv) = &m.kv_cache {
+            if let Some(tokens) = kv.tokens {
+                entry.insert("kv_cache_tokens".into(), json!(tokens));
+            } else if let Some(f) = kv.memory_fraction {
+                entry.insert("mem_fraction_static".into(), json!(f));
+            }
+        }
         models.insert(m.name.clone(), Value::Object(entry));
     }
     let entry = spec
@@ -94,7 +101,12 @@ pub fn render(
         .and_then(|m| m.policy_kwargs.as_ref());
     let mut cfg = Map::new();
     cfg.insert("model".into(), Value::Object(models));
-    cfg.insert("system".into(), json!({"entry_model": entry}));
+    let mut system = Map::new();
+    system.insert("entry_model".into(), json!(entry));
+    if let Some(threads) = threads(trd, model) {
+        system.insert("threads".into(), json!(threads));
+    }
+    cfg.insert("system".into(), Value::Object(system));
     cfg.insert("scheduler_class".into(), json!(spec.policy.class));
     cfg.insert(
         "scheduler_kwargs".into(),
@@ -143,6 +155,17 @@ pub fn render(
     cfg.insert("transport".into(), transport);
     cfg.insert("gateway".into(), gateway_section(trd));
     Value::Object(cfg)
+}
+
+/// libtorch threads of the process that reads the config: model `model`'s
+/// own (a pod per model), or the largest its models set (`None`: one
+/// process runs them all).
+fn threads(trd: &TokenRouterDeployment, model: Option<&str>) -> Option<i32> {
+    let models = trd.spec.models.iter();
+    match model {
+        Some(name) => models.filter(|m| m.name == name).find_map(|m| m.threads),
+        None => models.filter_map(|m| m.threads).max(),
+    }
 }
 
 fn gateway_section(trd: &TokenRouterDeployment) -> Value {

@@ -55,7 +55,9 @@ pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment 
         volumes.push(v);
         mounts.push(m);
     }
-    let mut env = Vec::new();
+    // Subservers put `/internal/generate` behind the admin token: without it
+    // every completion is a 401 while `/health` (open) looks fine.
+    let mut env = vec![pod::admin_token_env(trd)];
     if let Some(secret) = &g.api_key_secret_ref {
         env.push(pod::secret_env(
             names::API_KEYS_ENV,
@@ -80,7 +82,7 @@ pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment 
             container_port: g.port,
             ..Default::default()
         }]),
-        env: (!env.is_empty()).then_some(env),
+        env: Some(env),
         resources: g.resources.clone(),
         volume_mounts: Some(mounts),
         security_context: Some(container_security()),

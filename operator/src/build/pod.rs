@@ -48,11 +48,17 @@ pub fn container_security() -> SecurityContext {
     }
 }
 
-/// An HTTP GET probe on `/health` at the named port.
-pub fn health_probe(port: &str, period: i32, failures: i32) -> Probe {
+/// Readiness: the process and what it needs (peers, groups) are up.
+pub const READY_PATH: &str = "/health";
+/// Liveness: the process alone (kube-apiserver's name); a peer or group
+/// outage must not restart it.
+pub const LIVE_PATH: &str = "/livez";
+
+/// An HTTP GET probe on `path` at the named port.
+pub fn http_probe(path: &str, port: &str, period: i32, failures: i32) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
-            path: Some("/health".into()),
+            path: Some(path.into()),
             port: IntOrString::String(port.into()),
             ..Default::default()
         }),
@@ -63,12 +69,13 @@ pub fn health_probe(port: &str, period: i32, failures: i32) -> Probe {
     }
 }
 
-/// Readiness (every 5 s), liveness (every 10 s, 3 misses) and a startup
-/// probe that allows 20 minutes for loading weights.
+/// Readiness on [`READY_PATH`] (every 5 s), liveness on [`LIVE_PATH`]
+/// (every 10 s, 3 misses), and a startup probe on [`LIVE_PATH`] that allows
+/// 20 minutes for loading weights (the HTTP port opens after the load).
 pub fn probes(c: &mut Container, port: &str) {
-    c.readiness_probe = Some(health_probe(port, 5, 2));
-    c.liveness_probe = Some(health_probe(port, 10, 3));
-    c.startup_probe = Some(health_probe(port, 10, 120));
+    c.readiness_probe = Some(http_probe(READY_PATH, port, 5, 2));
+    c.liveness_probe = Some(http_probe(LIVE_PATH, port, 10, 3));
+    c.startup_probe = Some(http_probe(LIVE_PATH, port, 10, 120));
 }
 
 /// An env var from a field of the pod (downward API).
@@ -120,12 +127,18 @@ pub fn engine_env(trd: &TokenRouterDeployment) -> Vec<EnvVar> {
             &format!("metadata.labels['{}']", names::POD_INDEX),
         ),
         field_env("POD_NAME", "metadata.name"),
-        secret_env(
-            names::ADMIN_TOKEN_ENV,
-            &names::admin_secret(trd),
-            names::ADMIN_TOKEN_KEY,
-        ),
+        admin_token_env(trd),
     ]
+}
+
+/// The admin bearer token (from the resource's `NAME-admin-token` Secret):
+/// engine pods require it on their control endpoints, the gateway sends it.
+pub fn admin_token_env(trd: &TokenRouterDeployment) -> EnvVar {
+    secret_env(
+        names::ADMIN_TOKEN_ENV,
+        &names::admin_secret(trd),
+        names::ADMIN_TOKEN_KEY,
+    )
 }
 
 /// The image of `model` (its own, the resource's, or the default).

@@ -93,14 +93,14 @@ fn pod_per_model_builds_one_set_and_headless_service_per_model() {
                 "0.0.0.0:8080".into(),
             ]
         );
-        let probe = c
-            .readiness_probe
-            .as_ref()
-            .unwrap()
-            .http_get
-            .as_ref()
-            .unwrap();
-        assert_eq!(probe.path.as_deref(), Some("/health"));
+        let path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+            p.as_ref()?.http_get.as_ref()?.path.clone()
+        };
+        // Readiness needs the peers; liveness and startup only the process,
+        // so one dead pod does not restart its whole group.
+        assert_eq!(path(&c.readiness_probe).as_deref(), Some("/health"));
+        assert_eq!(path(&c.liveness_probe).as_deref(), Some("/livez"));
+        assert_eq!(path(&c.startup_probe).as_deref(), Some("/livez"));
         let env: Vec<&str> = c
             .env
             .as_ref()
@@ -171,6 +171,37 @@ fn engine_config_renders_per_model_addresses_and_kwargs() {
     assert_eq!(big["gateway"]["api_keys_env"], names::API_KEYS_ENV);
     let group: serde_json::Value = serde_yaml::from_str(&data["engine.yaml"]).unwrap();
     assert_eq!(group["scheduler_kwargs"]["threshold"], 0.3);
+}
+
+#[test]
+fn kv_cache_and_threads_per_model_reach_the_engine_config() {
+    let mut trd = sample();
+    trd.spec.models[0].kv_cache = Some(crds::v1alpha1::KvCacheSpec {
+        tokens: Some(8192),
+        memory_fraction: None,
+    });
+    trd.spec.models[0].threads = Some(2);
+    trd.spec.models[1].kv_cache = Some(crds::v1alpha1::KvCacheSpec {
+        tokens: None,
+        memory_fraction: Some(0.3),
+    });
+    trd.spec.models[1].threads = Some(6);
+    let data = config::engine_data(&trd, "ai", &spec_thresholds(&trd));
+    let yaml = |key: &str| -> serde_json::Value { serde_yaml::from_str(&data[key]).unwrap() };
+    for key in ["small.yaml", "big.yaml", "engine.yaml"] {
+        let cfg = yaml(key);
+        assert_eq!(cfg["model"]["small"]["kv_cache_tokens"], 8192, "{key}");
+        assert_eq!(cfg["model"]["big"]["mem_fraction_static"], 0.3, "{key}");
+    }
+    // A pod per model: each process its own threads; one process: the largest.
+    assert_eq!(yaml("small.yaml")["system"]["threads"], 2);
+    assert_eq!(yaml("big.yaml")["system"]["threads"], 6);
+    assert_eq!(yaml("engine.yaml")["system"]["threads"], 6);
+    // Unset: no key (the engine uses the pod's CPU limit).
+    let plain = config::engine_data(&sample(), "ai", &spec_thresholds(&trd));
+    let small: serde_json::Value = serde_yaml::from_str(&plain["small.yaml"]).unwrap();
+    assert!(small["system"].get("threads").is_none());
+    assert!(small["model"]["small"].get("kv_cache_tokens").is_none());
 }
 
 #[test]
@@ -318,6 +349,18 @@ fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
     let spec = d.gateway.spec.as_ref().unwrap();
     let c = &spec.template.spec.as_ref().unwrap().containers[0];
     assert_eq!(c.args.as_ref().unwrap()[0], "gateway");
+    let live = c
+        .liveness_probe
+        .as_ref()
+        .unwrap()
+        .http_get
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        live.path.as_deref(),
+        Some("/livez"),
+        "an outage must not restart it"
+    );
     let keys = c
         .env
         .as_ref()
@@ -335,6 +378,20 @@ fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
     assert_eq!(
         (secret.name.as_str(), secret.key.as_str()),
         ("keys", "api-keys")
+    );
+    // The gateway carries the admin token the subservers require on
+    // `/internal/generate` (from the Secret the model pods read).
+    let token = c
+        .env
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|e| e.name == names::ADMIN_TOKEN_ENV)
+        .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+        .unwrap();
+    assert_eq!(
+        (token.name.as_str(), token.key.as_str()),
+        ("demo-admin-token", names::ADMIN_TOKEN_KEY)
     );
     let svc = d.gateway_service.spec.as_ref().unwrap();
     assert_eq!(svc.type_.as_deref(), Some("ClusterIP"));

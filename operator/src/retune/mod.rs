@@ -16,7 +16,8 @@
 //!    1..=the group's admission limit, pushed only when its predicted gain over the applied
 //!    table exceeds the hysteresis (`tuning.hysteresis`, 2% by default);
 //! 5. **push** it to every pod's admin endpoint with the operator's bearer token
-//!    ([`sources::push_thresholds`]). The caller then writes the ConfigMap (so a restarted
+//!    ([`sources::push_thresholds`]). A pod that fails its scrape or push is skipped and
+//!    reported ([`GroupTuner::skipped`]); the round fails only when no pod answers. The caller then writes the ConfigMap (so a restarted
 //!    pod starts with it), the status and an Event from the returned [`TuneOutcome`].
 //!
 //! The subservers apply a new table between two steps; no request is dropped or stalled.
@@ -135,6 +136,8 @@ impl TuneOutcome {
 pub struct GroupTuner {
     window: SampleWindow,
     applied: Option<Vec<Vec<usize>>>,
+    /// Why each pod the last tick skipped failed.
+    skipped: Vec<String>,
 }
 
 impl GroupTuner {
@@ -144,7 +147,13 @@ impl GroupTuner {
         GroupTuner {
             window: SampleWindow::default(),
             applied,
+            skipped: Vec::new(),
         }
+    }
+
+    /// The pods the last tick skipped (their scrape or push failed) and why.
+    pub fn skipped(&self) -> &[String] {
+        &self.skipped
     }
 
     /// The table last pushed (or known to be applied), in model order.
@@ -159,9 +168,11 @@ impl GroupTuner {
         group: &GroupView<'_>,
         settings: &TuneSettings,
     ) -> Result<TuneOutcome, RetuneError> {
+        self.skipped.clear();
         let (now, window) = match group.source {
             MetricsSource::Pods => {
-                let now = scrape_pods(client, group.pods, group.token).await?;
+                let (now, failed) = scrape_pods(client, group.pods, group.token).await?;
+                self.skipped = failed.iter().map(ToString::to_string).collect();
                 match self.window.observe(&now) {
                     Some(window) => (Some(now), window),
                     None => return Ok(TuneOutcome::Baseline),
@@ -211,7 +222,11 @@ impl GroupTuner {
                     .cloned()
                     .zip(proposal.table.iter().cloned())
                     .collect();
-                push_thresholds(client, group.pods, group.token, &table).await?;
+                let mut failed = push_thresholds(client, group.pods, group.token, &table).await;
+                if failed.len() == group.pods.len() && !failed.is_empty() {
+                    return Err(failed.swap_remove(0));
+                }
+                self.skipped.extend(failed.iter().map(ToString::to_string));
                 self.applied = Some(proposal.table.clone());
                 Ok(TuneOutcome::Pushed(Box::new((estimate, proposal))))
             }

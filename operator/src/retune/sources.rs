@@ -19,23 +19,37 @@ pub struct PodTarget {
 }
 
 /// Scrapes every pod's `/metrics`, once per distinct admin URL (the models of a
-/// `podPerGroup` pod share one), keyed by that URL.
+/// `podPerGroup` pod share one), keyed by that URL. A pod that fails is skipped (its
+/// error returned beside the scrape): one restarting pod must not stop the round. Fails
+/// only when no pod answers.
 pub async fn scrape_pods(
     client: &reqwest::Client,
     pods: &[PodTarget],
     token: Option<&str>,
-) -> Result<Scrape, RetuneError> {
+) -> Result<(Scrape, Vec<RetuneError>), RetuneError> {
     let mut out = Scrape::new();
+    let mut failed = Vec::new();
     for pod in pods {
         if out.contains_key(&pod.admin_url) {
             continue;
         }
         let url = format!("{}/metrics", pod.admin_url);
-        let text = send(with_token(client.get(&url), token), &url).await?;
-        let series = MetricSeries::from_texts(&[MetricsText { source: url, text }])?;
-        out.insert(pod.admin_url.clone(), series);
+        let series = match send(with_token(client.get(&url), token), &url).await {
+            Ok(text) => MetricSeries::from_texts(&[MetricsText { source: url, text }])
+                .map_err(RetuneError::from),
+            Err(e) => Err(e),
+        };
+        match series {
+            Ok(series) => {
+                out.insert(pod.admin_url.clone(), series);
+            }
+            Err(e) => failed.push(e),
+        }
     }
-    Ok(out)
+    match (out.is_empty(), failed.is_empty()) {
+        (true, false) => Err(failed.swap_remove(0)),
+        _ => Ok((out, failed)),
+    }
 }
 
 /// The same series from Prometheus: the increase of each counter over `window_s`, summed by
@@ -112,13 +126,15 @@ async fn prometheus_vector(
 }
 
 /// Puts `table` (`model -> [B at n = 1, 2, ...]`) on every pod, each getting the lists of
-/// the models it serves. Stops at the first pod that refuses.
+/// the models it serves. A pod that refuses does not stop the others: the errors of those
+/// that failed are returned (empty: every pod has the table).
 pub async fn push_thresholds(
     client: &reqwest::Client,
     pods: &[PodTarget],
     token: Option<&str>,
     table: &BTreeMap<String, Vec<usize>>,
-) -> Result<(), RetuneError> {
+) -> Vec<RetuneError> {
+    let mut failed = Vec::new();
     for pod in pods {
         let mine: BTreeMap<&String, &Vec<usize>> = table
             .iter()
@@ -133,9 +149,11 @@ pub async fn push_thresholds(
             .put(&url)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_string());
-        send(with_token(request, token), &url).await?;
+        if let Err(e) = send(with_token(request, token), &url).await {
+            failed.push(e);
+        }
     }
-    Ok(())
+    failed
 }
 
 fn with_token(request: reqwest::RequestBuilder, token: Option<&str>) -> reqwest::RequestBuilder {
@@ -157,4 +175,78 @@ async fn send(request: reqwest::RequestBuilder, url: &str) -> Result<String, Ret
         return Err(fail(format!("HTTP {status}: {}", text.trim())));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warp::Filter;
+
+    /// A pod that answers `/metrics` and `PUT /admin/thresholds`; its URL.
+    fn serve_pod() -> String {
+        let metrics = warp::path!("metrics")
+            .and(warp::get())
+            .map(|| "tokenrouter_requests_total{model=\"small\"} 3\n");
+        let put = warp::path!("admin" / "thresholds")
+            .and(warp::put())
+            .map(|| "{}");
+        let (addr, server) = warp::serve(metrics.or(put)).bind_ephemeral(([127, 0, 0, 1], 0));
+        tokio::spawn(server);
+        format!("http://{addr}")
+    }
+
+    /// A URL where nothing listens (a pod that restarts).
+    fn dead_pod() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        drop(l);
+        format!("http://{addr}")
+    }
+
+    fn target(url: &str) -> PodTarget {
+        PodTarget {
+            admin_url: url.to_string(),
+            models: vec!["small".into()],
+        }
+    }
+
+    /// `tuning.prometheusUrl: https://...` speaks TLS (the client has
+    /// rustls): the server's first bytes are a TLS handshake record, not a
+    /// refusal of the scheme before any connect.
+    #[tokio::test]
+    async fn an_https_prometheus_url_speaks_tls() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::Read;
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut first = [0u8; 3];
+            conn.read_exact(&mut first).unwrap();
+            first
+        });
+        let err = query_prometheus(&reqwest::Client::new(), &format!("https://{addr}"), "", 60)
+            .await
+            .unwrap_err();
+        // Record type 22 (handshake), TLS major version 3.
+        assert_eq!(server.join().unwrap()[..2], [0x16, 0x03], "{err}");
+    }
+
+    #[tokio::test]
+    async fn one_failing_pod_is_skipped_not_fatal() {
+        let client = reqwest::Client::new();
+        let (good, dead) = (serve_pod(), dead_pod());
+        let pods = [target(&dead), target(&good)];
+        let (scrape, failed) = scrape_pods(&client, &pods, None).await.unwrap();
+        assert_eq!(scrape.keys().collect::<Vec<_>>(), vec![&good]);
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].to_string().contains(&dead), "{}", failed[0]);
+        let table = BTreeMap::from([("small".to_string(), vec![1, 2])]);
+        let failed = push_thresholds(&client, &pods, None, &table).await;
+        assert_eq!(failed.len(), 1, "the good pod got the table");
+        // No pod answers: the round fails.
+        let err = scrape_pods(&client, &[target(&dead)], None)
+            .await
+            .unwrap_err();
+        assert_eq!(err.error_type(), "pod_error");
+    }
 }

@@ -37,8 +37,11 @@ pub fn slice_selector(trd: &TokenRouterDeployment) -> String {
     format!("{SERVICE_NAME_LABEL} in ({})", names.join(","))
 }
 
-/// The serving pods in `slices`: one target per ready, not terminating endpoint address, at
-/// the slice's `admin` port (the spec's admin port when the slice names none), sorted by URL.
+/// The serving pods in `slices`: one target per serving, not terminating endpoint address,
+/// at the slice's `admin` port (the spec's admin port when the slice names none), sorted by
+/// URL. The headless Services publish not-ready addresses (peers must resolve before they
+/// are ready), which keeps `ready` true for pods still loading; `serving` is the pod's
+/// readiness (`ready` is read only when a slice has no `serving`).
 pub fn pods(trd: &TokenRouterDeployment, slices: &[EndpointSlice]) -> Vec<PodTarget> {
     let services = services(trd);
     let mut out: Vec<PodTarget> = Vec::new();
@@ -58,7 +61,8 @@ pub fn pods(trd: &TokenRouterDeployment, slices: &[EndpointSlice]) -> Vec<PodTar
             .unwrap_or(trd.spec.ports.admin);
         for endpoint in slice.endpoints.iter().flatten() {
             let conditions = endpoint.conditions.clone().unwrap_or_default();
-            if conditions.ready == Some(false) || conditions.terminating == Some(true) {
+            let serving = conditions.serving.or(conditions.ready).unwrap_or(true);
+            if !serving || conditions.terminating == Some(true) {
                 continue;
             }
             let Some(address) = endpoint.addresses.first() else {
@@ -132,6 +136,8 @@ spec:
                     {"addresses": ["10.0.0.2"], "conditions": {"ready": true}},
                     {"addresses": ["10.0.0.3"], "conditions": {"ready": false}},
                     {"addresses": ["10.0.0.4"], "conditions": {"terminating": true}},
+                    // publishNotReadyAddresses: ready, but the pod still loads.
+                    {"addresses": ["10.0.0.6"], "conditions": {"ready": true, "serving": false}},
                 ]),
             ),
             slice("chat-big", None, json!([{"addresses": ["fd00::5"]}])),

@@ -297,6 +297,15 @@ async fn round(
             tuning.message = Some(message);
         }
     }
+    // The tuner ran this round (pods and a token): what it skipped is this round's.
+    let ticked = !pods.is_empty() && token.is_some();
+    let skipped = tracked.tuner.skipped();
+    if ticked && !skipped.is_empty() {
+        ctx.metrics.skip_pods(skipped.len());
+        warn!(resource = %key(trd), ?skipped, "tune round skipped pods");
+        let note = format!("; skipped {} pods: {}", skipped.len(), skipped.join("; "));
+        tuning.message = Some(tuning.message.unwrap_or_default() + &note);
+    }
     ctx.metrics.count(&tuning.last_result, unix_now());
     let api: Api<TokenRouterDeployment> = Api::namespaced(ctx.client.clone(), ns);
     status::write(&api, &trd.name_any(), &tuning, tracked.pushed.as_ref()).await?;
@@ -367,15 +376,15 @@ async fn disabled(
     };
     let pods = pods(ctx, trd, ns).await?;
     let token = admin_token(ctx, trd, ns).await?;
-    let pushed = push_thresholds(&ctx.http, &pods, token.as_deref(), &table).await;
+    let failed = push_thresholds(&ctx.http, &pods, token.as_deref(), &table).await;
     let mut tuning = TuningStatus {
         last_round_time: Some(status::now()),
         pods: i32::try_from(pods.len()).unwrap_or(i32::MAX),
         estimate: previous.estimate,
         ..TuningStatus::default()
     };
-    let (action, kind, reason) = match &pushed {
-        Ok(()) => {
+    let (action, kind, reason) = match failed.first() {
+        None => {
             tuning.last_result = DISABLED.into();
             tuning.message = Some(format!(
                 "tuning is off (delayedBatching.mode: fixed, or no spec.tuning): the spec's table {} is back on {} pods",
@@ -384,10 +393,15 @@ async fn disabled(
             ));
             (Action::await_change(), EventType::Normal, "TuningDisabled")
         }
-        Err(e) => {
+        Some(e) => {
+            // Retried (the pods that took it take it again, harmlessly).
             tuning.last_result = e.error_type().into();
+            let why: Vec<String> = failed.iter().map(ToString::to_string).collect();
             tuning.message = Some(format!(
-                "tuning is off, but the spec's table could not be restored: {e}"
+                "tuning is off, but the spec's table could not be restored on {} of {} pods: {}",
+                failed.len(),
+                pods.len(),
+                why.join("; ")
             ));
             (
                 Action::requeue(Duration::from_secs(30)),

@@ -1,0 +1,223 @@
+"""The Kubernetes flow end to end on the local node (issue 21 item 2), run by `make test-node-flow`
+(part of `make test`) inside with_node.sh: the e2e steps for examples/k8s/smollm2-cpu.yaml with
+both models writing tokens, then autoscaling under concurrent load, a model pod killed
+mid-stream, the load-free scale-down, and `kubectl delete trd`."""
+import argparse
+import concurrent.futures
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from e2e import ROOT, Run, StepFailed, base_steps, kjson, kubectl, parser, wait_until  # noqa: E402
+
+
+class Flow(Run):
+    def entry_pods(self):
+        return sorted((p for p in kjson("-n", self.ns, "get", "pods", "-l",
+                                       f"app.kubernetes.io/instance={self.name},tokenrouter.io/model=quick")["items"]),
+                      key=lambda p: p["metadata"]["name"])
+
+    def status(self):
+        return kjson("-n", self.ns, "get", "trd", self.name).get("status") or {}
+
+    def metric(self, pod, name):
+        """Sum of a metric on a pod's admin port (the subservers' /metrics)."""
+        url = f"http://{pod['status']['podIP']}:{self.spec.get('ports', {}).get('admin', 9000)}/metrics"
+        text = urllib.request.urlopen(url, timeout=5).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name) and not line.startswith("#"))
+
+    def stream_load(self, stop, results, max_tokens=400):
+        """One client streaming long answers until `stop`; records ok/error per request."""
+        client = self.client()
+        served = self.spec["gateway"].get("servedModelName") or self.name
+        while not stop.is_set():
+            try:
+                s = client.chat.completions.create(
+                    model=served, max_tokens=max_tokens, stream=True,
+                    messages=[{"role": "user", "content": "Tell a long story about the sea."}])
+                for _ in s:
+                    pass
+                results.append("ok")
+            except Exception as e:  # counted and reported by the step
+                results.append(f"{type(e).__name__}: {e}")
+
+    def autoscale(self):
+        kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
+            {"spec": {"autoscaling": {"targetConcurrencyPerGroup": 2, "scaleUpStabilizationSeconds": 0,
+                                      "maxGroups": 2}}}))
+        self.stops = [threading.Event() for _ in range(4)]
+        self.load_results = []
+        self.pool = concurrent.futures.ThreadPoolExecutor(4)
+        for stop in self.stops:
+            self.pool.submit(self.stream_load, stop, self.load_results)
+        wait_until("a second group Ready", lambda: (self.status().get("groups", 0) >= 2, self.status()), 300, 2)
+        pods = self.entry_pods()
+        assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+
+        def both_busy():
+            running = [self.metric(p, "vllm:num_requests_running") for p in self.entry_pods()]
+            return all(r > 0 for r in running), running
+        running = wait_until("both groups' entry pods running requests", both_busy, 120, 1)
+        return f"groups={self.status().get('groups')} running per entry pod={running}"
+
+    def scale_down(self):
+        """Most of the load stops; one client keeps streaming through the drain of the second
+        group, and no request of any client fails."""
+        for stop in self.stops[1:]:
+            stop.set()
+        kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
+            {"spec": {"autoscaling": {"scaleDownStabilizationSeconds": 0}}}))
+        wait_until("back to one group", lambda: (len(self.entry_pods()) == 1 and self.status().get("groups") == 1,
+                                                 self.status()), 300, 2)
+        self.stops[0].set()
+        self.pool.shutdown(wait=True)
+        failed = [r for r in self.load_results if r != "ok"]
+        assert not failed, f"{len(failed)} of {len(self.load_results)} requests failed: {failed[:3]}"
+        return f"{len(self.load_results)} requests across scale-up and drain, none failed; 1 group left"
+
+    def kill_mid_stream(self):
+        victim = next(p for p in kjson("-n", self.ns, "get", "pods", "-l",
+                                       f"app.kubernetes.io/instance={self.name},tokenrouter.io/model=reference")["items"])
+        name = victim["metadata"]["name"]
+        restarts = victim["status"]["containerStatuses"][0]["restartCount"]
+        pid = int(victim["status"]["containerStatuses"][0]["containerID"].split("://")[1])
+        served = self.spec["gateway"].get("servedModelName") or self.name
+        s = self.client().chat.completions.create(model=served, max_tokens=400, stream=True,
+                                                  messages=[{"role": "user", "content": "Tell a long story."}])
+        outcome = None
+        chunks = 0
+        try:
+            for _ in s:
+                chunks += 1
+                if chunks == 3:
+                    os.kill(pid, signal.SIGKILL)
+            outcome = f"stream ended normally after {chunks} chunks"
+        except Exception as e:  # the clear error the client sees
+            outcome = f"{type(e).__name__}: {str(e)[:200]}"
+        assert chunks >= 3, f"only {chunks} chunks before the end"
+
+        def restarted():
+            p = kjson("-n", self.ns, "get", "pod", name)
+            cs = p["status"]["containerStatuses"][0]
+            return cs["restartCount"] > restarts and cs["ready"], cs
+        wait_until(f"{name} restarted and Ready", restarted, 180, 1)
+        self.wait_serving(180)
+        text, by_model = self.chat(served)
+        assert text.strip(), "no completion after the restart"
+        return f"client saw: {outcome}; {name} restarted; completion after: {by_model}"
+
+
+def variant(run, src, out, edit):
+    """A copy of example `src` changed by `edit` (written as JSON to `out`)."""
+    trd = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", src))
+    trd["metadata"].pop("namespace", None)
+    edit(trd["spec"])
+    with open(out, "w") as f:
+        json.dump(trd, f)
+    return out
+
+
+def me_on_cpu(spec):
+    """me-three-models.yaml on the CPU: the three models on `cpu`, f32, no GPUs, one group."""
+    for m in spec["models"]:
+        m["device"] = "cpu"
+        m.pop("resources", None)
+    spec["models"][0]["resources"] = {"limits": {"memory": "8Gi"}}
+    spec["dtype"] = "f32"
+    spec["groups"] = 1
+    spec.pop("nodePool", None)
+
+
+def gpu_short_of_cuda(spec):
+    """The GPU example as written, except what needs a Prometheus operator (ServiceMonitor CRD)."""
+    spec["serviceMonitor"] = False
+
+
+class Sub(Flow):
+    """Another resource in its own namespace, with stand-in weights (qwen3-tiny for every Qwen3)."""
+
+    def __init__(self, args, trd, ns):
+        a = argparse.Namespace(**vars(args))
+        a.trd, a.ns = trd, ns
+        super().__init__(a)
+        self.load_trd()
+        self.weights_alias = {m["source"]["pvc"]["subPath"]: "qwen3-tiny" for m in self.spec["models"]}
+
+    def processes_start(self):
+        """Every model pod's container started with its weights, config and env in place."""
+        want = {m["name"] for m in self.spec["models"]}
+        seen = {}
+
+        def started():
+            for p in kjson("-n", self.ns, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")["items"]:
+                model = p["metadata"]["labels"].get("tokenrouter.io/model")
+                spec_file = os.path.join(os.environ["LOCALNODE_STATE"], "pods", p["metadata"]["uid"], "containers",
+                                         "subserver", "launch.json")
+                if model and os.path.exists(spec_file):
+                    with open(spec_file) as f:
+                        seen[model] = json.load(f)
+            return set(seen) >= want, sorted(seen)
+        wait_until("every model's process started", started, 180)
+        out = []
+        for model, spec in sorted(seen.items()):
+            dsts = {m["dst"] for m in spec["mounts"]}
+            env = spec["env"]
+            assert f"/models/{model}" in dsts and "/etc/tokenrouter" in dsts, f"{model}: mounts {sorted(dsts)}"
+            for k in ("TOKENROUTER_GROUP", "TOKENROUTER_ADMIN_TOKEN", "CUDA_MPS_PIPE_DIRECTORY",
+                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
+                assert env.get(k), f"{model}: env {k} missing ({sorted(env)})"
+            out.append(f"{model}: mounts {sorted(dsts)}, MPS {env['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE']}%")
+        return "; ".join(out)
+
+
+def main():
+    p = parser()
+    p.set_defaults(trd=os.path.join(ROOT, "examples", "k8s", "smollm2-cpu.yaml"), autoscale_period=3,
+                   drain_settle=5, require_all_models=True)
+    for a in p._actions:
+        if a.dest == "trd":
+            a.required = False
+    args = p.parse_args()
+    run = Flow(args)
+    try:
+        base_steps(run)
+        run.step("completion through the openai SDK, both models write", run.completions, True)
+        run.step("concurrent load adds a group, requests spread", run.autoscale)
+        run.step("load stops: scale-down drains, no failed request", run.scale_down)
+        run.step("model pod killed mid-stream: error, restart, Ready", run.kill_mid_stream)
+        run.step("kubectl delete trd: SIGTERM exits, nothing left", run.delete)
+        me = Sub(args, variant(run, os.path.join(ROOT, "examples", "k8s", "me-three-models.yaml"),
+                               os.path.join(args.out, "me-cpu.json"), me_on_cpu), "me")
+        me.step_no = run.step_no
+        me.step("me-three-models on CPU: weights", me.weights)
+        me.step("me-three-models on CPU: apply -> Ready", me.apply_ready)
+        me.step("me-three-models on CPU: port-forward", me.port_forward)
+        me.step("me-three-models on CPU: completions", me.completions, False)
+        me.step("me-three-models on CPU: delete", me.delete)
+        me.close()
+        gpu = Sub(args, variant(run, os.path.join(ROOT, "examples", "k8s", "r2r-qwen3-0.6b-32b.yaml"),
+                                os.path.join(args.out, "gpu.json"), gpu_short_of_cuda), "gpu")
+        gpu.step_no = me.step_no
+        gpu.step("GPU example: weights", gpu.weights)
+        gpu.step("GPU example: API key secret", gpu.api_key_secret)
+        gpu.step("GPU example: apply, processes start with mounts and env",
+                 lambda: kubectl("-n", gpu.ns, "apply", "-f", gpu.args.trd) and gpu.processes_start())
+        gpu.step("GPU example: delete", gpu.delete)
+    except StepFailed as e:
+        print(f"[flow] {e}")
+        raise SystemExit(1)
+    finally:
+        run.close()
+        run.collect()
+    print("[flow] passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Unit tests of the local node's pure parts (no API server, no root):
+python3 -m unittest discover -s tools/localnode -p 'test_*.py'"""
+import base64
+import os
+import tempfile
+import unittest
+
+import deployment
+import endpoints
+import garbage
+import podenv
+import statefulset
+import volumes
+from objects import selector_matches
+
+
+def pod(name, ns="ns", ready=True, labels=None, phase="Running", deleting=False, uid=None, ip="10.0.0.2",
+        owner=None, hostname=None, subdomain=None):
+    md = {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "labels": labels or {}}
+    if deleting:
+        md["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if owner:
+        md["ownerReferences"] = [{"uid": owner, "controller": True, "name": "o", "kind": "X"}]
+    spec = {"containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 8000}]}]}
+    if hostname:
+        spec.update(hostname=hostname, subdomain=subdomain)
+    return {"metadata": md, "spec": spec,
+            "status": {"phase": phase, "podIP": ip,
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def sts(replicas=3, parallel=True, partition=0, rolling=True, current=None):
+    s = {"metadata": {"name": "web", "namespace": "ns", "uid": "sts-uid", "generation": 2},
+         "spec": {"replicas": replicas, "serviceName": "web",
+                  "podManagementPolicy": "Parallel" if parallel else "OrderedReady",
+                  "selector": {"matchLabels": {"app": "web"}},
+                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}},
+                  "updateStrategy": {"type": "RollingUpdate" if rolling else "OnDelete",
+                                     "rollingUpdate": {"partition": partition}}},
+         "status": {}}
+    if current:
+        s["status"]["currentRevision"] = current
+    return s
+
+
+def spod(o, rev, **kw):
+    return pod(f"web-{o}", labels={statefulset.REVISION: rev}, **kw)
+
+
+class StatefulSetTest(unittest.TestCase):
+    def test_parallel_creates_every_missing_ordinal_at_the_update_revision(self):
+        self.assertEqual(statefulset.plan(sts(3), [spod(1, "r1")], "r1"),
+                         [("create", 0, "r1"), ("create", 2, "r1")])
+
+    def test_ordered_ready_waits_for_the_previous_ordinal(self):
+        s = sts(3, parallel=False)
+        self.assertEqual(statefulset.plan(s, [], "r1"), [("create", 0, "r1")])
+        self.assertEqual(statefulset.plan(s, [spod(0, "r1", ready=False)], "r1"), [])
+        self.assertEqual(statefulset.plan(s, [spod(0, "r1")], "r1"), [("create", 1, "r1")])
+
+    def test_scale_down_removes_the_highest_ordinals(self):
+        pods = [spod(i, "r1") for i in range(4)]
+        self.assertEqual(statefulset.plan(sts(2), pods, "r1"), [("delete", "web-3"), ("delete", "web-2")])
+        self.assertEqual(statefulset.plan(sts(2, parallel=False), pods, "r1"), [("delete", "web-3")])
+
+    def test_rolling_update_replaces_one_pod_at_a_time_from_the_top_down_to_the_partition(self):
+        pods = [spod(i, "old") for i in range(3)]
+        self.assertEqual(statefulset.plan(sts(3, current="old"), pods, "new"), [("delete", "web-2")])
+        # Partition 2: ordinal 2 only; once it is updated and ready nothing else moves.
+        s = sts(3, partition=2, current="old")
+        self.assertEqual(statefulset.plan(s, pods, "new"), [("delete", "web-2")])
+        pods[2] = spod(2, "new")
+        self.assertEqual(statefulset.plan(s, pods, "new"), [])
+        # A pod below the partition that is recreated keeps the current revision.
+        self.assertEqual(statefulset.plan(s, pods[1:], "new"), [("create", 0, "old")])
+
+    def test_rolling_update_waits_while_another_pod_is_unready(self):
+        pods = [spod(0, "old", ready=False), spod(1, "old"), spod(2, "old")]
+        self.assertEqual(statefulset.plan(sts(3, current="old"), pods, "new"), [])
+
+    def test_on_delete_never_deletes_for_an_update(self):
+        pods = [spod(i, "old") for i in range(2)]
+        self.assertEqual(statefulset.plan(sts(2, rolling=False, current="old"), pods, "new"), [])
+
+    def test_failed_pods_are_replaced(self):
+        pods = [spod(0, "r1", phase="Failed"), spod(1, "r1")]
+        self.assertEqual(statefulset.plan(sts(2), pods, "r1"), [("delete", "web-0")])
+
+    def test_new_pod_has_identity_labels_hostname_and_claims(self):
+        s = sts(1)
+        s["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}}]
+        p = statefulset.new_pod(s, 4, "web-abc", s["spec"]["template"])
+        lb = p["metadata"]["labels"]
+        self.assertEqual((lb[statefulset.POD_INDEX], lb[statefulset.POD_NAME], lb[statefulset.REVISION]),
+                         ("4", "web-4", "web-abc"))
+        self.assertEqual((p["spec"]["hostname"], p["spec"]["subdomain"]), ("web-4", "web"))
+        self.assertIn({"name": "data", "persistentVolumeClaim": {"claimName": "data-web-4"}}, p["spec"]["volumes"])
+        self.assertEqual(p["metadata"]["ownerReferences"][0]["uid"], "sts-uid")
+
+    def test_status_promotes_the_update_revision_when_all_pods_are_updated_and_ready(self):
+        s = sts(2, current="old")
+        st = statefulset.status(s, [spod(0, "new"), spod(1, "new")], "new", "old")
+        self.assertEqual((st["currentRevision"], st["updatedReplicas"], st["readyReplicas"]), ("new", 2, 2))
+        st = statefulset.status(s, [spod(0, "old"), spod(1, "new", ready=False)], "new", "old")
+        self.assertEqual((st["currentRevision"], st["currentReplicas"], st["readyReplicas"]), ("old", 1, 1))
+
+    def test_ordinal_of(self):
+        self.assertEqual(statefulset.ordinal_of("a-b", "a-b-12"), 12)
+        self.assertIsNone(statefulset.ordinal_of("a", "a-b-1"))
+
+
+class DeploymentTest(unittest.TestCase):
+    def dep(self, replicas, strategy=None):
+        return {"metadata": {"name": "d", "namespace": "ns", "uid": "d"},
+                "spec": {"replicas": replicas, "strategy": strategy or {}}}
+
+    def rs(self, name, replicas, ready):
+        return {"metadata": {"name": name}, "spec": {"replicas": replicas}, "status": {"readyReplicas": ready,
+                                                                                       "replicas": replicas}}
+
+    def test_rolling_update_surges_then_removes_old_pods_once_new_ones_are_ready(self):
+        d = self.dep(1)  # 25%: surge 1, unavailable 0
+        new, old = self.rs("new", 0, 0), self.rs("old", 1, 1)
+        ready = lambda r: r["status"]["readyReplicas"]
+        self.assertEqual(deployment.rollout(d, new, [old], ready), {"new": 1, "old": 1})
+        new = self.rs("new", 1, 1)
+        self.assertEqual(deployment.rollout(d, new, [old], ready), {"new": 1, "old": 0})
+
+    def test_recreate_waits_for_old_pods_to_go(self):
+        d = self.dep(2, {"type": "Recreate"})
+        ready = lambda r: r["status"]["readyReplicas"]
+        self.assertEqual(deployment.rollout(d, self.rs("new", 0, 0), [self.rs("old", 2, 2)], ready),
+                         {"new": 0, "old": 0})
+        self.assertEqual(deployment.rollout(d, self.rs("new", 0, 0), [self.rs("old", 0, 0)], ready),
+                         {"new": 2, "old": 0})
+
+
+class EndpointsTest(unittest.TestCase):
+    def svc(self, headless=False, publish=False):
+        spec = {"selector": {"app": "a"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+                "publishNotReadyAddresses": publish}
+        if headless:
+            spec["clusterIP"] = "None"
+        return {"metadata": {"name": "a", "namespace": "ns", "uid": "svc"}, "spec": spec}
+
+    def eps(self, svc, pods):
+        (s,) = endpoints.slices(svc, pods, "node")
+        return {e["targetRef"]["name"]: e["conditions"] for e in s["endpoints"]}, s
+
+    def test_conditions_follow_readiness_and_deletion(self):
+        pods = [pod("p1", labels={"app": "a"}), pod("p2", labels={"app": "a"}, ready=False, ip="10.0.0.3"),
+                pod("p3", labels={"app": "a"}, deleting=True, ip="10.0.0.4"), pod("x", labels={"app": "b"})]
+        conds, s = self.eps(self.svc(), pods)
+        self.assertEqual(conds, {"p1": {"ready": True, "serving": True, "terminating": False},
+                                 "p2": {"ready": False, "serving": False, "terminating": False},
+                                 "p3": {"ready": False, "serving": True, "terminating": True}})
+        self.assertEqual(s["ports"], [{"name": "http", "port": 8000, "protocol": "TCP"}])
+        self.assertEqual(s["metadata"]["labels"][endpoints.SERVICE_NAME], "a")
+
+    def test_publish_not_ready_addresses_makes_ready_true_but_not_serving(self):
+        conds, _ = self.eps(self.svc(publish=True), [pod("p2", labels={"app": "a"}, ready=False)])
+        self.assertEqual(conds["p2"], {"ready": True, "serving": False, "terminating": False})
+
+    def test_pods_without_ip_or_finished_are_left_out(self):
+        self.assertEqual(endpoints.slices(self.svc(), [pod("p", labels={"app": "a"}, ip=None),
+                                                       pod("q", labels={"app": "a"}, phase="Succeeded")], "n"), [])
+
+    def test_hosts_file_names_pods_and_services(self):
+        svc = self.svc(headless=True, publish=True)
+        pods = [pod("web-0", labels={"app": "a"}, hostname="web-0", subdomain="a")]
+        _, s = self.eps(svc, pods)
+        recs = endpoints.dns_records([svc], [s])
+        text = endpoints.hosts_file(recs, "ns", "10.0.0.9", ["me"])
+        self.assertIn("10.0.0.2\tweb-0.a.ns.svc.cluster.local web-0.a.ns.svc web-0.a.ns web-0.a", text)
+        self.assertIn("10.0.0.2\ta.ns.svc.cluster.local a.ns.svc a.ns a", text)
+        self.assertIn("10.0.0.9\tme", text)
+        other = endpoints.hosts_file(recs, "other", None, [])
+        self.assertNotIn(" web-0.a\n", other)
+        self.assertIn("web-0.a.ns.svc", other)
+
+    def test_cluster_ip_service_resolves_to_one_ready_endpoint(self):
+        svc = self.svc()
+        _, s = self.eps(svc, [pod("p2", labels={"app": "a"}, ready=False, ip="10.0.0.3"),
+                              pod("p1", labels={"app": "a"})])
+        self.assertEqual(endpoints.dns_records([svc], [s]), [("10.0.0.2", ("ns", "a", None))])
+
+
+class EnvTest(unittest.TestCase):
+    def test_env_sources_and_expansion(self):
+        p = pod("web-1", labels={"apps.kubernetes.io/pod-index": "1"})
+        c = {"env": [{"name": "G", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}}},
+                     {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                     {"name": "TOK", "valueFrom": {"secretKeyRef": {"name": "s", "key": "token"}}},
+                     {"name": "CM", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
+                     {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                     {"name": "URL", "value": "http://$(IP):80/$(G)/$(NOPE)/$$(G)"}],
+             "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "X_"}],
+             "resources": {"limits": {"memory": "2Gi"}}}
+        cms = {"cm": {"data": {"k": "v"}}}
+        secrets = {"s": {"data": {"token": base64.b64encode(b"t0k").decode()}}}
+        env = podenv.resolve_env(p, c, cms, secrets, {"BASE": "1"})
+        self.assertEqual(env, {"BASE": "1", "X_k": "v", "G": "1", "IP": "10.0.0.2", "TOK": "t0k", "CM": "v",
+                               "MEM": "2048", "URL": "http://10.0.0.2:80/1/$(NOPE)/$(G)"})
+
+    def test_missing_references_fail_unless_optional(self):
+        c = {"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}
+        with self.assertRaises(podenv.MissingRef):
+            podenv.resolve_env(pod("p"), c, {}, {})
+        c["env"][0]["valueFrom"]["secretKeyRef"]["optional"] = True
+        self.assertEqual(podenv.resolve_env(pod("p"), c, {}, {}), {})
+        with self.assertRaises(podenv.MissingRef):
+            podenv.resolve_env(pod("p"), {"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "x"}}}]},
+                               {}, {"s": {"data": {}}})
+
+    def test_command_and_args_against_the_image(self):
+        env = {"A": "1"}
+        self.assertEqual(podenv.command_line({"args": ["x", "$(A)"]}, ["/bin/e"], ["d"], env), ["/bin/e", "x", "1"])
+        self.assertEqual(podenv.command_line({}, ["/bin/e"], ["d"], env), ["/bin/e", "d"])
+        self.assertEqual(podenv.command_line({"command": ["sleep"], "args": ["1"]}, ["/bin/e"], ["d"], env),
+                         ["sleep", "1"])
+
+    def test_quantities(self):
+        self.assertEqual(podenv.quantity("2Gi"), 2 * 2**30)
+        self.assertEqual(podenv.quantity("500m"), 0.5)
+        with self.assertRaises(ValueError):
+            podenv.quantity("2GB")
+
+
+class SelectorTest(unittest.TestCase):
+    def test_expressions(self):
+        sel = {"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "In", "values": ["x"]},
+                                                                {"key": "c", "operator": "DoesNotExist"}]}
+        self.assertTrue(selector_matches(sel, {"a": "1", "b": "x"}))
+        self.assertFalse(selector_matches(sel, {"a": "1", "b": "x", "c": ""}))
+        self.assertFalse(selector_matches(None, {}))
+
+
+class GcTest(unittest.TestCase):
+    def obj(self, uid, owners=(), deleting=False, finalizers=None, block=True):
+        md = {"name": uid, "namespace": "ns", "uid": uid, "resourceVersion": "1",
+              "ownerReferences": [{"uid": o, "blockOwnerDeletion": block} for o in owners]}
+        if deleting:
+            md["deletionTimestamp"] = "t"
+        if finalizers:
+            md["finalizers"] = finalizers
+        return {"metadata": md}
+
+    def test_background_deletes_dependents_of_vanished_owners_only(self):
+        objs = [("pods", self.obj("a", ["gone"])), ("pods", self.obj("b", ["gone", "c"])), ("pods", self.obj("c"))]
+        self.assertEqual([(a, o["metadata"]["uid"]) for a, _, o, _ in garbage.plan(objs)], [("delete", "a")])
+
+    def test_foreground_waits_for_blocking_dependents(self):
+        owner = self.obj("o", deleting=True, finalizers=["foregroundDeletion"])
+        dep = self.obj("d", ["o"])
+        acts = [(a, o["metadata"]["uid"], x) for a, _, o, x in garbage.plan([("x", owner), ("pods", dep)])]
+        self.assertEqual(acts, [("delete", "d", "Foreground")])
+        acts = [(a, o["metadata"]["uid"]) for a, _, o, _ in garbage.plan([("x", owner)])]
+        self.assertEqual(acts, [("unfinalize", "o")])
+
+    def test_orphan_strips_owner_references(self):
+        owner = self.obj("o", deleting=True, finalizers=["orphan"])
+        acts = [(a, o["metadata"]["uid"]) for a, _, o, _ in garbage.plan([("x", owner), ("pods", self.obj("d", ["o"]))])]
+        self.assertEqual(acts, [("orphan", "d"), ("unfinalize", "o")])
+
+
+class VolumeTest(unittest.TestCase):
+    def test_atomic_writer_swaps_data_and_drops_removed_keys(self):
+        with tempfile.TemporaryDirectory() as d:
+            self.assertTrue(volumes.atomic_write(d, {"a": b"1", "b": b"2"}))
+            self.assertFalse(volumes.atomic_write(d, {"a": b"1", "b": b"2"}))
+            self.assertTrue(volumes.atomic_write(d, {"a": b"3"}))
+            self.assertEqual(volumes.read_bytes(os.path.join(d, "a")), b"3")
+            self.assertFalse(os.path.lexists(os.path.join(d, "b")))
+            self.assertEqual(len([n for n in os.listdir(d) if n.startswith("..") and n != "..data"]), 1)
+
+    def test_configmap_items_and_missing_objects(self):
+        src = {"configMap": {"name": "cm", "items": [{"key": "k", "path": "sub/f"}]}}
+        files = volumes.source_files(src, pod("p"), ({"cm": {"data": {"k": "v", "x": "y"}}}, {}))
+        self.assertEqual(files, {"sub/f": b"v"})
+        with self.assertRaises(volumes.Pending):
+            volumes.source_files(src, pod("p"), ({}, {}))
+
+    def test_sub_path_must_stay_inside(self):
+        with tempfile.TemporaryDirectory() as d:
+            with self.assertRaises(volumes.Pending):
+                volumes.mount_source(d, {"subPath": "../x"})
+            self.assertEqual(volumes.mount_source(d, {"subPath": "m"}), os.path.join(d, "m"))
+
+
+if __name__ == "__main__":
+    unittest.main()
