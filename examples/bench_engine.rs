@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use loadgen::page::Page;
 use rand::{Rng, SeedableRng};
-use subserver::bench::profile::{decode_run, StepProfile};
+use subserver::bench::profile::{context_points, decode_run, StepProfile};
 use subserver::config::KvBudget;
 use subserver::engine::EngineLimits;
 use subserver::policy::{build, Placement};
@@ -45,6 +45,10 @@ struct Args {
     /// Save the bare forward's step profile (JSON) for `bench-ablation`.
     #[arg(long)]
     profile_out: Option<PathBuf>,
+    /// Contexts (prompt tokens) of the profile's one-sequence points, which
+    /// give the sim its cost per context position.
+    #[arg(long, value_delimiter = ',', default_value = "1024,4096")]
+    profile_contexts: Vec<usize>,
 }
 
 /// Decode tokens/s of the engine: `batch` requests submitted at once; the
@@ -172,6 +176,7 @@ fn main() -> Result<()> {
         decode_ms: Vec::new(),
         prefill_tokens: args.prompt_tokens,
         prefill_ms: f64::NAN,
+        context: Vec::new(),
     };
     for &b in &args.batches {
         let (prefill_ms, step_ms) =
@@ -209,11 +214,13 @@ fn main() -> Result<()> {
         if profile.prefill_ms.is_nan() {
             profile.prefill_ms = decode_run(&args.model, 1, args.prompt_tokens, 1)?.0;
         }
+        profile.context = context_points(&args.model, &args.profile_contexts, args.gen_tokens)?;
         let rel = profile.relative();
         page.para(&format!(
             "Step profile of the bare forward (saved for `make bench-ablation`): decode steps {}; \
              prefill of one {}-token prompt {:.1} ms. As fractions of a one-sequence decode step: \
-             base {:.3}, per sequence {:.4}, per new token {:.4}.",
+             base {:.3}, per sequence {:.4}, per new token {:.4}, per context position {:.2e} \
+             (one sequence at contexts {}).",
             profile
                 .decode_ms
                 .iter()
@@ -224,7 +231,17 @@ fn main() -> Result<()> {
             profile.prefill_ms,
             rel.base,
             rel.per_seq,
-            rel.per_token
+            rel.per_token,
+            rel.per_context,
+            profile
+                .context
+                .iter()
+                .map(|p| format!(
+                    "{}: prefill {:.0} ms, decode {:.1} ms",
+                    p.tokens, p.prefill_ms, p.decode_ms
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
         ));
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;

@@ -68,6 +68,7 @@ pub(crate) struct RawLatency {
     pub base: Option<f64>,
     pub per_seq: Option<f64>,
     pub per_token: Option<f64>,
+    pub per_context: Option<f64>,
     pub table: Option<Vec<(usize, f64)>>,
 }
 

@@ -91,6 +91,8 @@ pub struct Scheduler<R: ModelRunner> {
     signal_health: Option<(SignalHealth, [u64; 3])>,
     /// Asleep on the inbox as far as the group's shared state knows.
     asleep: bool,
+    /// Requests removed (their KV freed) since the stats were last published.
+    freed_unpublished: u64,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -127,6 +129,17 @@ impl<R: ModelRunner> Scheduler<R> {
             shutting_down: false,
             share,
             asleep: false,
+            freed_unpublished: 0,
+        }
+    }
+
+    /// Publishes the queue state, then announces the requests freed since
+    /// the last call, so a waiter woken by it reads the state they left.
+    fn publish(&mut self) {
+        self.publish_queue_stats();
+        if self.freed_unpublished > 0 {
+            self.stats
+                .publish_freed(std::mem::take(&mut self.freed_unpublished));
         }
     }
 
@@ -195,6 +208,7 @@ impl<R: ModelRunner> Scheduler<R> {
             }
             if self.shutting_down {
                 self.fail_all(RequestError::Shutdown);
+                self.publish();
                 if let Some(s) = &self.shared {
                     s.barrier.abort();
                     // Gone for good: it holds nothing, so it counts as asleep.
@@ -222,7 +236,7 @@ impl<R: ModelRunner> Scheduler<R> {
             } else {
                 self.try_step();
             }
-            self.publish_queue_stats();
+            self.publish();
         }
     }
 
