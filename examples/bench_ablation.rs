@@ -118,13 +118,7 @@ impl Cell {
 /// Load average above which a measurement is marked noisy.
 const NOISY_LOAD: f64 = 2.0;
 
-fn cell(
-    args: &Args,
-    mode: BenchMode,
-    n: usize,
-    costs: &Costs,
-    cap: Option<usize>,
-) -> Result<Cell> {
+fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs, cap: Option<usize>) -> Result<Cell> {
     let load = loadgen::machine::load_average();
     let context = cap.map_or(0.0, |c| c as f64 / 2.0);
     let (thresholds, predicted) = match mode {
@@ -347,7 +341,12 @@ fn long_output(args: &Args, page: &mut Page, prof: &StepProfile, costs: &Costs) 
     let points: Vec<String> = prof
         .context
         .iter()
-        .map(|p| format!("{} tokens: decode {:.1} ms, prefill {:.0} ms", p.tokens, p.decode_ms, p.prefill_ms))
+        .map(|p| {
+            format!(
+                "{} tokens: decode {:.1} ms, prefill {:.0} ms",
+                p.tokens, p.decode_ms, p.prefill_ms
+            )
+        })
         .collect();
     page.para(&format!(
         "Step = section 2's fit plus **{:.3e} × L per position of context** the batch spans (fitted \
@@ -394,15 +393,29 @@ fn long_output(args: &Args, page: &mut Page, prof: &StepProfile, costs: &Costs) 
         }
     }
     page.table(
-        &["N", "system", "output cap", "B", "tok/s (± half range over seeds)", "large share", "load > 2"],
+        &[
+            "N",
+            "system",
+            "output cap",
+            "B",
+            "tok/s (± half range over seeds)",
+            "large share",
+            "load > 2",
+        ],
         &rows,
     );
     let mut lines = Vec::new();
     for (n, mode, label, r) in &verdicts {
         let loss = 1.0 - r.mean;
         let (target, met) = match mode {
-            BenchMode::StdServing => ("paper: loses 58–85%", verdict::within(loss, 0.58, Some(0.85))),
-            _ => ("roughly flat: loses at most 15%", verdict::within(-loss, -0.15, None)),
+            BenchMode::StdServing => (
+                "paper: loses 58–85%",
+                verdict::within(loss, 0.58, Some(0.85)),
+            ),
+            _ => (
+                "roughly flat: loses at most 15%",
+                verdict::within(-loss, -0.15, None),
+            ),
         };
         lines.push(vec![
             n.to_string(),
@@ -419,7 +432,14 @@ fn long_output(args: &Args, page: &mut Page, prof: &StepProfile, costs: &Costs) 
         args.seeds.max(1)
     ));
     page.table(
-        &["N", "system", &format!("tok/s at {long} / at {short}"), "loss", "target", "verdict"],
+        &[
+            "N",
+            "system",
+            &format!("tok/s at {long} / at {short}"),
+            "loss",
+            "target",
+            "verdict",
+        ],
         &lines,
     );
     Ok(())

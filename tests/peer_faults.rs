@@ -259,7 +259,10 @@ fn until_served(entry: &MemberService, what: &str) {
             println!("{what}: rejoined after {:?}", t0.elapsed());
             return;
         }
-        next_change(&mut connects, &format!("{what}: the peer never reconnected"));
+        next_change(
+            &mut connects,
+            &format!("{what}: the peer never reconnected"),
+        );
     }
 }
 
@@ -340,7 +343,10 @@ fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
         }
     }
     // Not a timing assert: the timeout cannot fire before it has elapsed.
-    assert!(took >= PEER_TIMEOUT, "ended after {took:?}, before the timeout");
+    assert!(
+        took >= PEER_TIMEOUT,
+        "ended after {took:?}, before the timeout"
+    );
     idle(&entry, &mut freed);
     println!("slow peer: every request ended by the peer timeout after {took:?}");
     proxy.set(Mode::Pass);

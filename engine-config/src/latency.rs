@@ -121,7 +121,12 @@ impl LatencyModel {
 
     /// Like [`step_ms`](Self::step_ms), for a batch whose sequences span
     /// `context_tokens` positions in all (cached and new, summed over the batch).
-    pub fn step_ms_in_context(&self, batch: usize, new_tokens: usize, context_tokens: usize) -> f64 {
+    pub fn step_ms_in_context(
+        &self,
+        batch: usize,
+        new_tokens: usize,
+        context_tokens: usize,
+    ) -> f64 {
         match self {
             Self::Linear {
                 base,

@@ -83,6 +83,7 @@ pub(crate) struct RawSystem {
     pub max_batched_tokens: Option<usize>,
     pub max_batch_size: Option<usize>,
     pub enable_prefix_cache: Option<bool>,
+    pub cuda_graphs: Option<bool>,
     pub threads: Option<usize>,
 }
 

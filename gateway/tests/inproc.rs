@@ -93,8 +93,7 @@ async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
     // state without them; the deadline only catches a hang.
     let t0 = Instant::now();
     let gone = |service: &Service| {
-        service.group().active() == 0
-            && (0..2).all(|m| service.group().stats(m).kv_requests == 0)
+        service.group().active() == 0 && (0..2).all(|m| service.group().stats(m).kv_requests == 0)
     };
     let (first, rest) = freed.split_at_mut(1);
     tokio::time::timeout(HANG, async {

@@ -427,7 +427,7 @@ fn system_rules() {
     }
     let c = system(
         "kv_cache_tokens: null, block_size: 32, max_batched_tokens: 512, max_batch_size: 8, \
-             enable_prefix_cache: false, threads: 2",
+             enable_prefix_cache: false, threads: 2, cuda_graphs: true",
     )
     .unwrap();
     let expected = SystemConfig {
@@ -436,6 +436,7 @@ fn system_rules() {
         max_batch_size: 8,
         enable_prefix_cache: false,
         threads: Some(2),
+        cuda_graphs: true,
     };
     assert_eq!(c.system(), &expected);
 }

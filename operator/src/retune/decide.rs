@@ -192,7 +192,10 @@ mod tests {
                     .ok()
                     .map(|r| (v, r.throughput_tok_s))
             })
-            .fold((vec![], 0.0), |best, (v, t)| if t > best.1 { (v, t) } else { best });
+            .fold(
+                (vec![], 0.0),
+                |best, (v, t)| if t > best.1 { (v, t) } else { best },
+            );
         let chosen = vec![p.table[0][7], p.table[1][7]];
         let chosen_tok_s = tuner::predict(&inputs, &chosen).unwrap().throughput_tok_s;
         assert!(

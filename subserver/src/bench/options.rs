@@ -103,7 +103,6 @@ pub struct TchModels {
     pub answer_tokens: usize,
 }
 
-
 /// Tokens each request may write: long enough that few requests end while measuring.
 pub(super) const LONG_ANSWER: usize = 8000;
 

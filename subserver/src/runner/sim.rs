@@ -179,11 +179,7 @@ impl ModelRunner for SimRunner {
         }
         // Every item reads its whole sequence: what was cached before and
         // what this step brings (a prefill chunk, or one decode token).
-        let context: usize = batch
-            .items
-            .iter()
-            .map(|i| i.start + i.tokens.len())
-            .sum();
+        let context: usize = batch.items.iter().map(|i| i.start + i.tokens.len()).sum();
         let ms = self
             .latency
             .step_ms(batch.items.len(), batch.num_tokens(), context);
@@ -202,7 +198,11 @@ impl ModelRunner for SimRunner {
                 entropy_sums: None,
             }
         };
-        if !self.free.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
+        if !self
+            .free
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
             sleep_until(start + Duration::from_secs_f64(ms.max(0.0) / 1e3));
         }
         Ok(out)
