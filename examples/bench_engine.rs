@@ -49,6 +49,10 @@ struct Args {
     /// give the sim its cost per context position.
     #[arg(long, value_delimiter = ',', default_value = "1024,4096")]
     profile_contexts: Vec<usize>,
+    /// Only the bare forward and the step profile: no engine or
+    /// transformers runs (their columns read NaN).
+    #[arg(long)]
+    profile_only: bool,
 }
 
 /// Decode tokens/s of the engine: `batch` requests submitted at once; the
@@ -186,8 +190,11 @@ fn main() -> Result<()> {
             profile.prefill_ms = prefill_ms;
         }
         let bare = b as f64 * 1e3 / step_ms;
-        let eng = engine(&args, b)?;
-        let hf = theirs(&args, b)?;
+        let (eng, hf) = if args.profile_only {
+            (f64::NAN, f64::NAN)
+        } else {
+            (engine(&args, b)?, theirs(&args, b)?)
+        };
         let row = vec![
             b.to_string(),
             format!("{bare:.1}"),

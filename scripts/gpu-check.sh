@@ -294,6 +294,7 @@ record bench "$( [ -s "$BENCH" ] && echo PASS || echo FAIL )" "$(wc -l < "$BENCH
   echo "- command: scripts/gpu-check.sh$( [ "$DRY" = 1 ] && echo ' --dry-run')"
   echo "- machine: $(tr '\n' ' ' < "$OUT_DIR/torch.txt")"
   echo "- elapsed: $(( $(date +%s) - T0 )) s; load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  awk '$1 > 2 { print "- **noisy**: measured at a 1-minute load average above 2" }' /proc/loadavg
   echo
   echo "| check | result | detail |"
   echo "|---|---|---|"
