@@ -237,7 +237,7 @@ fn next_change(rx: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
         .enable_time()
         .build()
         .unwrap();
-    rt.block_on(tokio::time::timeout(HANG, rx.changed()))
+    rt.block_on(async { tokio::time::timeout(HANG, rx.changed()).await })
         .unwrap_or_else(|_| panic!("hang: {what}"))
         .unwrap_or_else(|_| panic!("{what}: the sender is gone"));
 }
