@@ -360,8 +360,11 @@ gpu-check-dry: assets venv-ref
 	cargo build --release --bin tokenrouter
 	cargo build --release -p kernels --bin kernel-check
 	rm -rf $(DRY_BUNDLE) && mkdir -p $(DRY_BUNDLE)/bin
-	ln -s $(BIN) $(TARGET_DIR)/release/kernel-check $(DRY_BUNDLE)/bin/
+	strip -o $(DRY_BUNDLE)/bin/tokenrouter $(BIN)
+	strip -o $(DRY_BUNDLE)/bin/kernel-check $(TARGET_DIR)/release/kernel-check
 	ln -s $(ASSETS)/qwen3-tokenizer $(DRY_BUNDLE)/qwen3-tokenizer
+	scripts/bundle-size.sh $(DRY_BUNDLE)
+	$(PY) scripts/gpu_targets.py --self-test
 	scripts/gpu-check.sh --dry-run --bundle $(DRY_BUNDLE) --python $(PY) --out $(TARGET_DIR)/gpu-check-dry
 
 # What a GPU session carries (gpu-bundle/, git-ignored): stripped binaries
@@ -377,4 +380,4 @@ gpu-bundle: nvcc venv $(QWEN_TOK)
 	cp -rL $(ASSETS)/qwen3-tokenizer $(GPU_BUNDLE)/qwen3-tokenizer
 	if [ "$(GPU_WHEELS)" = 1 ]; then $(PIP) download -d $(GPU_BUNDLE)/wheels transformers==4.57.6 \
 	  2>&1 | tail -1; rm -f $(GPU_BUNDLE)/wheels/numpy-* $(GPU_BUNDLE)/wheels/torch-*; fi
-	du -sh $(GPU_BUNDLE)
+	scripts/bundle-size.sh $(GPU_BUNDLE)

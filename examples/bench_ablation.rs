@@ -41,7 +41,16 @@ struct Args {
     /// The page to write.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Concurrencies of the long-output section.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    long_ns: Vec<usize>,
+    /// Output caps of the long-output section (the paper's 2,048 and 8,192).
+    #[arg(long, value_delimiter = ',', default_value = "2048,8192")]
+    caps: Vec<usize>,
 }
+
+#[path = "bench_ablation/verdict.rs"]
+mod verdict;
 
 const LAT: [f64; 2] = [6.0, 27.9];
 const P: f64 = 0.35;
@@ -53,12 +62,15 @@ const MODES: [(BenchMode, &str); 5] = [
     (BenchMode::AsyncDelayed, "async_delayed"),
 ];
 
-/// Step-time model of one variant: (base, per_seq, per_token) ms per model.
-type Costs = [(f64, f64, f64); 2];
+/// Step-time model of one variant: (base, per_seq, per_token, per_context) ms per model.
+type Costs = [(f64, f64, f64, f64); 2];
 
-fn inputs(n: usize, costs: &Costs) -> Result<TunerInputs> {
+/// The chain's inputs; it has no context, so each sequence is charged the
+/// context `context` (the mean over an answer) as part of its per-sequence cost.
+fn inputs(n: usize, costs: &Costs, context: f64) -> Result<TunerInputs> {
     let lat = |m: usize| {
-        let (b, s, t) = costs[m];
+        let (b, s, t, c) = costs[m];
+        let s = s + c * context;
         if s + t == 0.0 {
             StepLatency::Constant(b)
         } else {
@@ -86,18 +98,38 @@ struct Cell {
     share: f64,
     predicted: Option<f64>,
     thresholds: Vec<usize>,
+    /// Throughput of each seed, in seed order.
+    per_seed: Vec<f64>,
+    /// Load average (1 min) when the cell started.
+    load: Option<f64>,
 }
 
-fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
+impl Cell {
+    /// "noisy" when the cell started at a load average above 2.
+    fn noise(&self) -> &'static str {
+        if self.load.is_some_and(|l| l > NOISY_LOAD) {
+            "noisy"
+        } else {
+            ""
+        }
+    }
+}
+
+/// Load average above which a measurement is marked noisy.
+const NOISY_LOAD: f64 = 2.0;
+
+fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs, cap: Option<usize>) -> Result<Cell> {
+    let load = loadgen::machine::load_average();
+    let context = cap.map_or(0.0, |c| c as f64 / 2.0);
     let (thresholds, predicted) = match mode {
         BenchMode::AsyncDelayed => {
-            let b = best(&inputs(n, costs)?)?.best.thresholds.clone();
-            let p = predict(&inputs(n, costs)?, &b)?.throughput_tok_s;
+            let b = best(&inputs(n, costs, context)?)?.best.thresholds.clone();
+            let p = predict(&inputs(n, costs, context)?, &b)?.throughput_tok_s;
             (b, Some(p))
         }
         BenchMode::Async => (
             vec![1, 1],
-            Some(predict(&inputs(n, costs)?, &[1, 1])?.throughput_tok_s),
+            Some(predict(&inputs(n, costs, context)?, &[1, 1])?.throughput_tok_s),
         ),
         _ => (vec![1, 1], None),
     };
@@ -110,6 +142,8 @@ fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
             latencies_ms: vec![costs[0].0, costs[1].0],
             per_seq_ms: vec![costs[0].1, costs[1].1],
             per_token_ms: vec![costs[0].2, costs[1].2],
+            per_context_ms: vec![costs[0].3, costs[1].3],
+            output_cap: cap,
             route_probability: P,
             thresholds: thresholds.clone(),
             duration_s: args.duration_s,
@@ -134,6 +168,8 @@ fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs) -> Result<Cell> {
         share: mean(&shares),
         predicted,
         thresholds,
+        per_seed: tputs,
+        load,
     })
 }
 
@@ -149,7 +185,7 @@ fn variant(
     let mut rows = Vec::new();
     for &n in &args.ns {
         for (mode, label) in MODES {
-            let c = cell(args, mode, n, costs)?;
+            let c = cell(args, mode, n, costs, None)?;
             let pred = c
                 .predicted
                 .map_or_else(|| "–".into(), |p| format!("{p:.1}"));
@@ -164,6 +200,7 @@ fn variant(
                 pred,
                 ratio,
                 format!("{:.3}", c.share),
+                c.noise().to_string(),
             ];
             eprintln!("{name}: {}", row.join(" | "));
             rows.push(row);
@@ -179,6 +216,7 @@ fn variant(
             "predicted tok/s",
             "measured / predicted",
             "large share",
+            "load > 2",
         ],
         &rows,
     );
@@ -231,19 +269,35 @@ fn summary(page: &mut Page, cells: &[(BenchMode, usize, Cell)], target_check: bo
         at(BenchMode::Lockstep, n),
         at(BenchMode::StdServing, n),
     ) {
-        let mut text = format!(
-            "At N=8: async_delayed / lockstep = **{:.2}** (target ≥ 1.5), async_delayed / Std. Serving = **{:.2}** (target ≥ 1.3)",
-            ad.tok_s / l.tok_s,
-            ad.tok_s / s.tok_s
-        );
+        let mut parts = Vec::new();
+        for (name, other, min) in [("lockstep", l, 1.5), ("Std. Serving", s, 1.3)] {
+            if let Some(r) = verdict::per_seed_ratio(&ad.per_seed, &other.per_seed) {
+                parts.push(format!(
+                    "async_delayed / {name} = **{:.2} ± {:.2}** (target ≥ {min}: **{}**)",
+                    r.mean,
+                    r.spread,
+                    verdict::within(r.mean, min, None)
+                ));
+            }
+        }
         if let (true, Some(p)) = (target_check, ad.predicted) {
-            text.push_str(&format!(
-                ", async_delayed measured / predicted = **{:.3}** (target within 3%)",
-                ad.tok_s / p
+            let off = (ad.tok_s / p - 1.0).abs();
+            parts.push(format!(
+                "async_delayed measured / predicted = **{:.3}** (target within 3%: **{}**)",
+                ad.tok_s / p,
+                verdict::within(-off, -0.03, None)
             ));
         }
-        text.push('.');
-        page.para(&text);
+        let noisy = [ad, l, s].iter().any(|c| !c.noise().is_empty());
+        page.para(&format!(
+            "At N=8 (ratios seed by seed, mean ± half range): {}.{}",
+            parts.join("; "),
+            if noisy {
+                " Measured at a load average above 2: **noisy**."
+            } else {
+                ""
+            }
+        ));
     }
     let drift: Vec<f64> = cells
         .iter()
@@ -259,6 +313,136 @@ fn summary(page: &mut Page, cells: &[(BenchMode, usize, Cell)], target_check: bo
             max * 100.0
         ));
     }
+}
+
+/// The long-output modes: TokenRouter (its best mode) and Std. Serving.
+const LONG_MODES: [(BenchMode, &str); 2] = [
+    (BenchMode::AsyncDelayed, "TokenRouter (async_delayed)"),
+    (BenchMode::StdServing, "Std. Serving"),
+];
+
+/// Section 3: the paper's long-output result. The same fitted costs plus
+/// the cost per context position, at each output cap, and the loss of each
+/// system from the shortest cap to the longest, seed by seed.
+fn long_output(args: &Args, page: &mut Page, prof: &StepProfile, costs: &Costs) -> Result<()> {
+    page.section("3. Long outputs: output cap 2,048 against 8,192 (context-dependent steps)");
+    let (Some(&short), Some(&long)) = (args.caps.iter().min(), args.caps.iter().max()) else {
+        page.para("Long-output section skipped: no --caps given.");
+        return Ok(());
+    };
+    if prof.context.is_empty() || costs.iter().all(|c| c.3 == 0.0) {
+        page.para(
+            "**SKIP**: the profile has no context points (it predates them, or its decode steps \
+             did not grow with context), so the sim has no context cost to charge. Rerun \
+             `make bench-engine`, then `make bench-ablation`.",
+        );
+        return Ok(());
+    }
+    let points: Vec<String> = prof
+        .context
+        .iter()
+        .map(|p| {
+            format!(
+                "{} tokens: decode {:.1} ms, prefill {:.0} ms",
+                p.tokens, p.decode_ms, p.prefill_ms
+            )
+        })
+        .collect();
+    page.para(&format!(
+        "Step = section 2's fit plus **{:.3e} × L per position of context** the batch spans (fitted \
+         from the profile's one-sequence decode steps at longer contexts: {}), i.e. {:.3} / {:.3} ms \
+         per 1,000 positions for the small / large model. Prefill costs per new token as in section 2, \
+         so Std. Serving pays for what each server has not cached at every call: every call is a new \
+         request, whose prompt hits the server's prefix cache only in whole 16-token blocks it wrote \
+         before, and the large server prefills every token the small one wrote since its last turn. \
+         Each client starts staggered over the cap (its first request carries a history of \
+         (c + ½)/N × cap tokens, brought in at no simulated cost), so the measured window sees \
+         answers of every length, as a long run would. Caps {}.",
+        costs[0].3 / LAT[0],
+        points.join("; "),
+        costs[0].3 * 1e3,
+        costs[1].3 * 1e3,
+        args.caps.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", "),
+    ));
+    let mut rows = Vec::new();
+    let mut verdicts = Vec::new();
+    for &n in &args.long_ns {
+        for (mode, label) in LONG_MODES {
+            let mut by_cap = Vec::new();
+            for &cap in &args.caps {
+                let c = cell(args, mode, n, costs, Some(cap))?;
+                let row = vec![
+                    n.to_string(),
+                    label.to_string(),
+                    cap.to_string(),
+                    format!("{:?}", c.thresholds),
+                    format!("{:.1} ± {:.1}", c.tok_s, c.spread),
+                    format!("{:.3}", c.share),
+                    c.noise().to_string(),
+                ];
+                eprintln!("long output: {}", row.join(" | "));
+                rows.push(row);
+                by_cap.push((cap, c));
+            }
+            let at = |cap: usize| by_cap.iter().find(|c| c.0 == cap).map(|c| &c.1);
+            if let (Some(s), Some(l)) = (at(short), at(long)) {
+                if let Some(r) = verdict::per_seed_ratio(&l.per_seed, &s.per_seed) {
+                    verdicts.push((n, mode, label, r));
+                }
+            }
+        }
+    }
+    page.table(
+        &[
+            "N",
+            "system",
+            "output cap",
+            "B",
+            "tok/s (± half range over seeds)",
+            "large share",
+            "load > 2",
+        ],
+        &rows,
+    );
+    let mut lines = Vec::new();
+    for (n, mode, label, r) in &verdicts {
+        let loss = 1.0 - r.mean;
+        let (target, met) = match mode {
+            BenchMode::StdServing => (
+                "paper: loses 58–85%",
+                verdict::within(loss, 0.58, Some(0.85)),
+            ),
+            _ => (
+                "roughly flat: loses at most 15%",
+                verdict::within(-loss, -0.15, None),
+            ),
+        };
+        lines.push(vec![
+            n.to_string(),
+            label.to_string(),
+            format!("{:.3} ± {:.3}", r.mean, r.spread),
+            format!("{:.0}%", 100.0 * loss),
+            target.to_string(),
+            format!("**{met}**"),
+        ]);
+    }
+    page.para(&format!(
+        "Throughput at cap {long} over throughput at cap {short}, seed by seed (mean ± half range over \
+         {} seeds), and the paper's claim for each system:",
+        args.seeds.max(1)
+    ));
+    page.table(
+        &[
+            "N",
+            "system",
+            &format!("tok/s at {long} / at {short}"),
+            "loss",
+            "target",
+            "verdict",
+        ],
+        &lines,
+    );
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -278,7 +462,7 @@ fn main() -> Result<()> {
         LAT[0], LAT[1], args.seeds, args.seeds, args.duration_s, args.warmup_s
     ));
     page.section("1. Batch-independent steps (the chain's assumption)");
-    let flat: Costs = [(LAT[0], 0.0, 0.0), (LAT[1], 0.0, 0.0)];
+    let flat: Costs = [(LAT[0], 0.0, 0.0, 0.0), (LAT[1], 0.0, 0.0, 0.0)];
     let cells = variant(
         &args,
         &mut page,
@@ -293,7 +477,11 @@ fn main() -> Result<()> {
             page.section("2. Batch-dependent steps (a measured engine profile)");
             let prof = StepProfile::load(path)?;
             let rel: RelativeCosts = prof.relative();
-            let costs: Costs = [rel.scaled(LAT[0]), rel.scaled(LAT[1])];
+            let with_context = |l: f64, c: f64| {
+                let (b, s, t) = rel.scaled(l);
+                (b, s, t, c * rel.scaled_context(l))
+            };
+            let costs: Costs = [with_context(LAT[0], 0.0), with_context(LAT[1], 0.0)];
             let measured: Vec<String> = prof
                 .decode_ms
                 .iter()
@@ -326,6 +514,8 @@ fn main() -> Result<()> {
                 "dependent.svg",
             )?;
             summary(&mut page, &cells, false);
+            let long: Costs = [with_context(LAT[0], 1.0), with_context(LAT[1], 1.0)];
+            long_output(&args, &mut page, &prof, &long)?;
         }
         None => {
             page.para(

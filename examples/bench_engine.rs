@@ -20,7 +20,7 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use loadgen::page::Page;
 use rand::{Rng, SeedableRng};
-use subserver::bench::profile::{decode_run, StepProfile};
+use subserver::bench::profile::{context_points, decode_run, StepProfile};
 use subserver::config::{cpu_bf16_flags, DType, DTypeSetting, DeviceSpec, KvBudget};
 use subserver::engine::EngineLimits;
 use subserver::policy::{build, Placement};
@@ -55,6 +55,14 @@ struct Args {
     /// Save the bare forward's step profile (JSON) for `bench-ablation`.
     #[arg(long)]
     profile_out: Option<PathBuf>,
+    /// Contexts (prompt tokens) of the profile's one-sequence points, which
+    /// give the sim its cost per context position.
+    #[arg(long, value_delimiter = ',', default_value = "1024,4096")]
+    profile_contexts: Vec<usize>,
+    /// Only the bare forward and the step profile: no engine or
+    /// transformers runs (their columns read NaN).
+    #[arg(long)]
+    profile_only: bool,
 }
 
 /// Decode tokens/s of the engine: `batch` requests submitted at once; the
@@ -285,6 +293,7 @@ fn main() -> Result<()> {
         decode_ms: Vec::new(),
         prefill_tokens: args.prompt_tokens,
         prefill_ms: f64::NAN,
+        context: Vec::new(),
     };
     for &b in &args.batches {
         let run = decode_run(&args.model, dtype, b, args.prompt_tokens, args.gen_tokens)?;
@@ -293,8 +302,11 @@ fn main() -> Result<()> {
             profile.prefill_ms = run.prefill_ms;
         }
         let bare = b as f64 * 1e3 / run.step_ms;
-        let eng = engine(&args, dtype, b)?;
-        let hf = theirs(&args, dtype, b)?;
+        let (eng, hf) = if args.profile_only {
+            (f64::NAN, f64::NAN)
+        } else {
+            (engine(&args, dtype, b)?, theirs(&args, dtype, b)?)
+        };
         ops.push((b, run.ops_per_step));
         ratios.push((b, eng / bare, eng / hf));
         let row = vec![
@@ -374,11 +386,13 @@ fn main() -> Result<()> {
             profile.prefill_ms =
                 decode_run(&args.model, dtype, 1, args.prompt_tokens, 1)?.prefill_ms;
         }
+        profile.context = context_points(&args.model, &args.profile_contexts, args.gen_tokens)?;
         let rel = profile.relative();
         page.para(&format!(
             "Step profile of the bare forward (saved for `make bench-ablation`): decode steps {}; \
              prefill of one {}-token prompt {:.1} ms. As fractions of a one-sequence decode step: \
-             base {:.3}, per sequence {:.4}, per new token {:.4}.",
+             base {:.3}, per sequence {:.4}, per new token {:.4}, per context position {:.2e} \
+             (one sequence at contexts {}).",
             profile
                 .decode_ms
                 .iter()
@@ -389,7 +403,17 @@ fn main() -> Result<()> {
             profile.prefill_ms,
             rel.base,
             rel.per_seq,
-            rel.per_token
+            rel.per_token,
+            rel.per_context,
+            profile
+                .context
+                .iter()
+                .map(|p| format!(
+                    "{}: prefill {:.0} ms, decode {:.1} ms",
+                    p.tokens, p.prefill_ms, p.decode_ms
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
         ));
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;

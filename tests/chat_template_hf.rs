@@ -48,6 +48,12 @@ fn template_dirs() -> Vec<PathBuf> {
             cache_dir().join("models/smollm2-135m"),
         ],
     };
+    // A list of separators only (":") names no directory: comparing no
+    // template at all would pass without checking anything.
+    assert!(
+        !dirs.is_empty(),
+        "TOKENROUTER_TEMPLATE_DIRS names no directory; unset it for the defaults"
+    );
     for d in &dirs {
         assert!(
             d.join("tokenizer_config.json").is_file(),

@@ -105,8 +105,22 @@ protocol)
   LINT=$(promlint "$TMP/body")
   [ -z "$LINT" ] && pass metrics_pass_promtool || fail metrics_pass_promtool "$LINT"
   # A client that gives up cancels its request in every model (KV freed).
-  curl -s --max-time 1 -o /dev/null "$BASE/v1/completions" "${JSON[@]}" \
-    -d '{"model":"tokenrouter","prompt":"x","max_tokens":50000}'
+  # It streams, so that the check can see the request running (its first
+  # event arrived, the gauges above 0) before the client leaves; otherwise a
+  # request that never started would pass too.
+  curl -s -N "$BASE/v1/completions" "${JSON[@]}" \
+    -d '{"model":"tokenrouter","prompt":"x","max_tokens":50000,"stream":true}' > "$TMP/leaving" &
+  LEAVING=$!
+  for _ in $(seq 1 1200); do grep -q '^data: {' "$TMP/leaving" && break; sleep 0.05; done
+  curl -s -o "$TMP/body" "$BASE/metrics"
+  if grep -q '^data: {' "$TMP/leaving" \
+     && grep -qE '^tokenrouter_active_concurrency\{model="quick"\} [1-9]' "$TMP/body" \
+     && grep -qE '^tokenrouter_kv_cache_usage_perc\{model="quick"\} [0-9.e-]*[1-9]' "$TMP/body"; then
+    pass disconnect_request_was_running
+  else
+    fail disconnect_request_was_running "first event: $(head -c 200 "$TMP/leaving"); $(grep -E 'active_concurrency|kv_cache_usage' "$TMP/body")"
+  fi
+  kill "$LEAVING"; wait "$LEAVING" 2>/dev/null
   gone=0
   for _ in $(seq 1 1200); do
     curl -s -o "$TMP/body" "$BASE/metrics"

@@ -225,7 +225,10 @@ fn route_trace_page_colours_tokens_in_headless_chromium() {
         "the page did not start:\n{dom}"
     );
     let spans: Vec<&str> = dom.split("<span class=\"tok\"").skip(1).collect();
-    assert!(spans.len() >= 2, "too few token spans:\n{dom}");
+    // Both writers must appear for the colour check to mean anything: each
+    // token goes to the large model with probability 0.35, so 32 tokens hold
+    // both writers but for odds of 0.65^32 ≈ 1e-6.
+    assert!(spans.len() >= 32, "too few token spans:\n{dom}");
     let writers: Vec<&str> = spans
         .iter()
         .filter_map(|s| s.split("data-writer=\"").nth(1)?.split('"').next())
@@ -251,10 +254,9 @@ fn route_trace_page_colours_tokens_in_headless_chromium() {
             "one colour per writer"
         );
     }
-    if colours.len() == 2 {
-        let v: Vec<_> = colours.values().collect();
-        assert_ne!(v[0], v[1]);
-    }
+    assert_eq!(colours.len(), 2, "both writers appear: {writers:?}");
+    let v: Vec<_> = colours.values().collect();
+    assert_ne!(v[0], v[1], "the two writers share a colour");
     // Share and switch count, live.
     let tokens: usize = dom
         .split("data-tokens=\"")
@@ -408,23 +410,48 @@ fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
     assert_eq!(health(&gw.url), "200");
     let out = openai_suite(&gw.url, &["--pinned", "--logprobs"]);
     assert_all_passed(&out);
-    // A client that leaves cancels the request in the remote group too.
-    let _ = Command::new("curl")
-        .args([
-            "-s",
-            "--max-time",
-            "1",
-            "-o",
-            "/dev/null",
-            "-H",
-            "content-type: application/json",
-        ])
+    // A client that leaves cancels the request in the remote group too. It
+    // streams, so the test sees the request running (its first event, the
+    // entry's gauges above 0) before the client leaves: a request that never
+    // started must not pass.
+    let mut leaving = Command::new("curl")
+        .args(["-s", "-N", "-H", "content-type: application/json"])
         .arg(format!("{}/v1/completions", gw.url))
         .args([
             "-d",
             r#"{"model":"tokenrouter","prompt":"x","max_tokens":50000,"stream":true}"#,
         ])
-        .status();
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::BufRead;
+        let stdout = leaving.stdout.take().unwrap();
+        let first = std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("data: {"));
+        assert!(first.is_some(), "the leaving client got no first event");
+    }
+    let running = Command::new("curl")
+        .args(["-s", &format!("{entry}/metrics")])
+        .output()
+        .unwrap();
+    let running = String::from_utf8_lossy(&running.stdout).to_string();
+    let gauge = |name: &str| {
+        running
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{model=\"quick\"}} ")))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    assert!(
+        gauge("tokenrouter_num_requests_running") > 0.0
+            && gauge("tokenrouter_kv_cache_usage_perc") > 0.0,
+        "the request was not running before the client left:\n{running}"
+    );
+    leaving.kill().unwrap();
+    leaving.wait().unwrap();
     // Kept a poll: the entry's metrics are the only sign the cancel landed.
     let start = std::time::Instant::now();
     loop {

@@ -113,6 +113,8 @@ fn ours(model: &Path, prompt: &[u32]) -> (Vec<u32>, Vec<Vec<f32>>) {
 }
 
 fn max_rel_err(ours: &[f32], theirs: &[f32]) -> f64 {
+    // A row cut short would otherwise compare only its common prefix.
+    assert_eq!(ours.len(), theirs.len(), "logit rows differ in length");
     let scale = theirs.iter().fold(0f64, |m, &x| m.max((x as f64).abs()));
     let diff = ours
         .iter()
@@ -126,6 +128,13 @@ fn check(model_name: &str) {
     let r = reference(&model);
     assert_eq!(r.prompt.len(), PROMPT_TOKENS);
     let (tokens, logits) = ours(&model, &r.prompt);
+    // zip stops at the shorter side: both must hold every step.
+    assert_eq!(logits.len(), STEPS, "{model_name}: our logit rows");
+    assert_eq!(
+        r.logits.len(),
+        STEPS,
+        "{model_name}: transformers' logit rows"
+    );
     let worst = logits
         .iter()
         .zip(&r.logits)

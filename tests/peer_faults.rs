@@ -227,13 +227,29 @@ fn all_served(outcomes: &[Result<Usage, RequestError>], max_tokens: usize) {
     assert!(large > 0, "the reference wrote nothing");
 }
 
-/// Submits bursts until one is served entirely, with no fallback (the
-/// peer is back). A retry of real requests, no sleep: the in-process entry's
-/// reconnection (with its backoff) announces itself by nothing else.
+/// The peer timeout of `config_with`.
+const PEER_TIMEOUT: Duration = Duration::from_millis(2000);
+
+/// Waits for the next value of `rx` (one not yet seen); `what` names the
+/// event in the hang message. The deadline only catches a hang.
+fn next_change(rx: &mut tokio::sync::watch::Receiver<u64>, what: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async { tokio::time::timeout(HANG, rx.changed()).await })
+        .unwrap_or_else(|_| panic!("hang: {what}"))
+        .unwrap_or_else(|_| panic!("{what}: the sender is gone"));
+}
+
+/// Submits a burst; when not all of it is served (the peer is not back),
+/// waits for the entry's link to the peer to (re)connect and tries again.
 fn until_served(entry: &MemberService, what: &str) {
     let t0 = Instant::now();
+    let mut connects = entry.member().peer_connects(1).expect("a link to model 1");
     loop {
-        assert!(t0.elapsed() < HANG, "hang: {what}: the peer never rejoined");
+        // A connect during the burst leaves its change unseen: no wait then.
+        connects.borrow_and_update();
         let outcomes = burst(entry, 4, 20);
         if outcomes
             .iter()
@@ -243,11 +259,19 @@ fn until_served(entry: &MemberService, what: &str) {
             println!("{what}: rejoined after {:?}", t0.elapsed());
             return;
         }
+        next_change(
+            &mut connects,
+            &format!("{what}: the peer never reconnected"),
+        );
     }
 }
 
 /// Pending requests failed with the peer named; the entry holds no KV.
-fn failed_cleanly(outcomes: &[Result<Usage, RequestError>], entry: &MemberService) {
+fn failed_cleanly(
+    outcomes: &[Result<Usage, RequestError>],
+    entry: &MemberService,
+    freed: &mut tokio::sync::watch::Receiver<u64>,
+) {
     let failed = outcomes
         .iter()
         .filter(|o| matches!(o, Err(RequestError::PeerFailed { model: 1, .. })))
@@ -262,26 +286,26 @@ fn failed_cleanly(outcomes: &[Result<Usage, RequestError>], entry: &MemberServic
             "{o:?}"
         );
     }
-    idle(entry);
+    idle(entry, freed);
 }
 
-/// Waits until the entry holds no request and no KV. Kept a poll: the
-/// scheduler thread frees them after the outcomes arrive and signals nothing.
-fn idle(entry: &MemberService) {
-    let t0 = Instant::now();
-    while entry.member().stats().kv_requests != 0 || entry.member().stats().active != 0 {
+/// Waits until the entry holds no request and no KV, woken by its
+/// scheduler each time it has freed requests and published the state
+/// without them. `freed` was subscribed before the requests could end.
+fn idle(entry: &MemberService, freed: &mut tokio::sync::watch::Receiver<u64>) {
+    loop {
         let s = entry.member().stats();
-        assert!(
-            t0.elapsed() < HANG,
-            "hang: KV or requests still held after the failures: {} requests hold KV, active {}, \
-             running {} waiting {} pending {}",
-            s.kv_requests,
-            s.active,
-            s.running,
-            s.waiting,
-            s.pending
+        if s.kv_requests == 0 && s.active == 0 {
+            return;
+        }
+        next_change(
+            freed,
+            &format!(
+                "KV or requests still held after the failures: {} requests hold KV, active {}, \
+                 running {} waiting {} pending {}",
+                s.kv_requests, s.active, s.running, s.waiting, s.pending
+            ),
         );
-        thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -302,24 +326,53 @@ fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
     proxy.set(Mode::Delay(Duration::from_millis(20)));
     all_served(&burst(&entry, 4, 20), 20);
 
+    // A peer far slower than the timeout (every frame held 5x the peer
+    // timeout): only the timeout can end the requests waiting on it.
+    proxy.set(Mode::Delay(5 * PEER_TIMEOUT));
+    let mut freed = entry.member().freed();
+    let t0 = Instant::now();
+    let outcomes = burst(&entry, 4, 40);
+    let took = t0.elapsed();
+    for o in &outcomes {
+        match o {
+            Err(RequestError::PeerFailed { model: 1, reason }) => assert!(
+                reason.contains("no answer within"),
+                "ended by something other than the peer timeout: {reason}"
+            ),
+            other => panic!("a request on the slow peer ended otherwise: {other:?}"),
+        }
+    }
+    // Not a timing assert: the timeout cannot fire before it has elapsed.
+    assert!(
+        took >= PEER_TIMEOUT,
+        "ended after {took:?}, before the timeout"
+    );
+    idle(&entry, &mut freed);
+    println!("slow peer: every request ended by the peer timeout after {took:?}");
+    proxy.set(Mode::Pass);
+    proxy.cut();
+    until_served(&entry, "after the slow peer");
+
     // Dropped frames: the requests waiting on the peer fail, none hangs.
     proxy.set(Mode::Drop);
+    let mut freed = entry.member().freed();
     let t0 = Instant::now();
     let outcomes = burst(&entry, 6, 40);
     println!(
         "dropped frames: {:?} until every request ended",
         t0.elapsed()
     );
-    failed_cleanly(&outcomes, &entry);
+    failed_cleanly(&outcomes, &entry, &mut freed);
     proxy.set(Mode::Pass);
     proxy.cut();
     until_served(&entry, "after dropped frames");
 
     // The process dies mid-generation.
+    let mut freed = entry.member().freed();
     let rxs = submit_long(&entry, 400);
     drop(child);
     let outcomes: Vec<_> = rxs.into_iter().map(|mut rx| finish(&mut rx)).collect();
-    failed_cleanly(&outcomes, &entry);
+    failed_cleanly(&outcomes, &entry, &mut freed);
 
     // Restarted on the same address: it rejoins, the entry was never restarted.
     child = spawn_reference(&reference_cfg);
@@ -354,6 +407,7 @@ fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
     let entry = MemberService::start(&cfg, "quick", Some("127.0.0.1:0".parse().unwrap())).unwrap();
     until_served(&entry, "start");
     let before = entry.member().stats();
+    let mut freed = entry.member().freed();
 
     // Long requests; the reference dies once it has written some of them.
     let max_tokens = 400;
@@ -397,7 +451,7 @@ fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
         line,
         format!("{series} {}", counted + before.peer_fallbacks[1])
     );
-    idle(&entry);
+    idle(&entry, &mut freed);
 
     // With the peer gone, new requests are written by the entry alone and
     // marked too; a restarted peer is used again.

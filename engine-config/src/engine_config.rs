@@ -171,6 +171,12 @@ impl EngineConfig {
         self.source.as_deref()
     }
 
+    /// Turns CUDA graphs for every CUDA model on or off, whatever
+    /// `system.cuda_graphs` says (`serve` / `subserver --cuda-graphs`).
+    pub fn override_cuda_graphs(&mut self, on: bool) {
+        self.system.cuda_graphs = on;
+    }
+
     /// Gives every model a KV pool of exactly `tokens` tokens, replacing
     /// the file's budget (`tokenrouter serve --max-total-tokens`, SGLang's
     /// flag of that name): the way to run a GPU-sized config, such as the

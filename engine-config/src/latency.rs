@@ -13,6 +13,9 @@ pub enum LatencyError {
         /// The value given.
         value: f64,
     },
+    /// `per_context` was given with a table (which depends on the batch only).
+    #[error("per_context cannot be combined with table")]
+    ContextOnTable,
     /// The table has no rows.
     #[error("table must have at least one [batch, ms] row")]
     EmptyTable,
@@ -31,7 +34,7 @@ pub enum LatencyError {
 /// Milliseconds per step as a function of the batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LatencyModel {
-    /// `base + per_seq * batch + per_token * new_tokens`.
+    /// `base + per_seq * batch + per_token * new_tokens + per_context * context_tokens`.
     Linear {
         /// Fixed cost of a step.
         base: f64,
@@ -39,6 +42,10 @@ pub enum LatencyModel {
         per_seq: f64,
         /// Cost per new token in the batch (prefill chunks cost more).
         per_token: f64,
+        /// Cost per token of context the step attends over, summed over the
+        /// batch (each sequence's KV is read once per step, so long answers
+        /// make every step slower).
+        per_context: f64,
     },
     /// Measured `(batch, ms)` points; linear interpolation between them,
     /// clamped to the first and last point outside the range.
@@ -59,7 +66,30 @@ impl LatencyModel {
             base,
             per_seq,
             per_token,
+            per_context: 0.0,
         })
+    }
+
+    /// The same model with a cost per context token (see
+    /// [`LatencyModel::Linear`]); a table model takes none and is returned as is
+    /// only when `per_context` is 0.
+    pub fn with_per_context(self, per_context: f64) -> Result<Self, LatencyError> {
+        check_ms("per_context".to_string(), per_context)?;
+        match self {
+            Self::Linear {
+                base,
+                per_seq,
+                per_token,
+                ..
+            } => Ok(Self::Linear {
+                base,
+                per_seq,
+                per_token,
+                per_context,
+            }),
+            Self::Table(_) if per_context == 0.0 => Ok(self),
+            Self::Table(_) => Err(LatencyError::ContextOnTable),
+        }
     }
 
     /// A validated table model (batch sizes >= 1, strictly increasing).
@@ -83,14 +113,31 @@ impl LatencyModel {
     }
 
     /// Milliseconds one step takes with `batch` sequences bringing
-    /// `new_tokens` tokens in all. The table form depends on `batch` only.
+    /// `new_tokens` tokens in all, with no context before them. The table
+    /// form depends on `batch` only.
     pub fn step_ms(&self, batch: usize, new_tokens: usize) -> f64 {
+        self.step_ms_in_context(batch, new_tokens, 0)
+    }
+
+    /// Like [`step_ms`](Self::step_ms), for a batch whose sequences span
+    /// `context_tokens` positions in all (cached and new, summed over the batch).
+    pub fn step_ms_in_context(
+        &self,
+        batch: usize,
+        new_tokens: usize,
+        context_tokens: usize,
+    ) -> f64 {
         match self {
             Self::Linear {
                 base,
                 per_seq,
                 per_token,
-            } => base + per_seq * batch as f64 + per_token * new_tokens as f64,
+                per_context,
+            } => {
+                base + per_seq * batch as f64
+                    + per_token * new_tokens as f64
+                    + per_context * context_tokens as f64
+            }
             Self::Table(points) => interpolate(points, batch),
         }
     }
@@ -128,6 +175,9 @@ mod tests {
         assert_eq!(m.step_ms(1, 1), 6.0 + 0.5 + 0.01);
         assert_eq!(m.step_ms(8, 100), 6.0 + 4.0 + 1.0);
         assert_eq!(m.step_ms(0, 0), 6.0);
+        let c = m.with_per_context(0.001).unwrap();
+        assert_eq!(c.step_ms(1, 1), 6.0 + 0.5 + 0.01);
+        assert!((c.step_ms_in_context(2, 2, 3000) - (6.0 + 1.0 + 0.02 + 3.0)).abs() < 1e-12);
     }
 
     #[test]
@@ -155,6 +205,14 @@ mod tests {
         );
         assert!(LatencyModel::linear(1.0, f64::NAN, 0.0).is_err());
         assert!(LatencyModel::linear(1.0, 0.0, f64::INFINITY).is_err());
+        let lin = LatencyModel::linear(1.0, 0.0, 0.0).unwrap();
+        assert!(lin.clone().with_per_context(-0.1).is_err());
+        let table = LatencyModel::table(vec![(1, 1.0)]).unwrap();
+        assert_eq!(table.clone().with_per_context(0.0).unwrap(), table);
+        assert_eq!(
+            table.with_per_context(0.5).unwrap_err(),
+            LatencyError::ContextOnTable
+        );
         assert_eq!(
             LatencyModel::table(vec![]).unwrap_err(),
             LatencyError::EmptyTable

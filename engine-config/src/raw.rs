@@ -71,6 +71,7 @@ pub(crate) struct RawLatency {
     pub base: Option<f64>,
     pub per_seq: Option<f64>,
     pub per_token: Option<f64>,
+    pub per_context: Option<f64>,
     pub table: Option<Vec<(usize, f64)>>,
 }
 
@@ -85,6 +86,7 @@ pub(crate) struct RawSystem {
     pub max_batched_tokens: Option<usize>,
     pub max_batch_size: Option<usize>,
     pub enable_prefix_cache: Option<bool>,
+    pub cuda_graphs: Option<bool>,
     pub threads: Option<usize>,
 }
 

@@ -30,6 +30,9 @@ pub struct SystemConfig {
     pub enable_prefix_cache: bool,
     /// libtorch intra-op threads (`None`: libtorch's default).
     pub threads: Option<usize>,
+    /// Capture CUDA models' decode steps as CUDA graphs (`system.cuda_graphs`,
+    /// `--cuda-graphs on`); a model on the CPU with graphs on is refused.
+    pub cuda_graphs: bool,
 }
 
 impl Default for SystemConfig {
@@ -40,6 +43,7 @@ impl Default for SystemConfig {
             max_batch_size: 256,
             enable_prefix_cache: true,
             threads: None,
+            cuda_graphs: false,
         }
     }
 }

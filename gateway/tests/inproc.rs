@@ -84,15 +84,28 @@ async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
         (0..2).all(|m| service.group().stats(m).kv_requests == 1),
         "both models hold KV for the request"
     );
+    // Subscribed before the disconnect, so no freeing can be missed.
+    let mut freed: Vec<_> = (0..2)
+        .map(|m| service.group().freed(m).expect("an in-process model"))
+        .collect();
     drop(s);
-    // Kept a poll: the schedulers free the request between two steps and
-    // signal nothing; the deadline only catches a hang.
+    // Each scheduler signals when it has freed requests and published the
+    // state without them; the deadline only catches a hang.
     let t0 = Instant::now();
-    while service.group().active() != 0 || (0..2).any(|m| service.group().stats(m).kv_requests != 0)
-    {
-        assert!(t0.elapsed() < HANG, "hang: the request was not cancelled");
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    let gone = |service: &Service| {
+        service.group().active() == 0 && (0..2).all(|m| service.group().stats(m).kv_requests == 0)
+    };
+    let (first, rest) = freed.split_at_mut(1);
+    tokio::time::timeout(HANG, async {
+        while !gone(&service) {
+            tokio::select! {
+                r = first[0].changed() => r.expect("the small scheduler is gone"),
+                r = rest[0].changed() => r.expect("the large scheduler is gone"),
+            }
+        }
+    })
+    .await
+    .expect("hang: the request was not cancelled");
     println!(
         "cancelled everywhere {:?} after the disconnect",
         t0.elapsed()

@@ -22,6 +22,10 @@ pub struct ServeArgs {
     /// `mem_fraction_static` / `kv_cache_tokens`, as SGLang's flag does).
     #[arg(long)]
     max_total_tokens: Option<usize>,
+    /// Decode steps of CUDA models as CUDA graphs: on | off (overrides
+    /// `system.cuda_graphs`; refused for a model on the CPU).
+    #[arg(long, value_parser = subserver::cuda::parse_switch, action = clap::ArgAction::Set)]
+    cuda_graphs: Option<bool>,
 }
 
 /// Runs `serve` until SIGTERM or ctrl-c, then drains.
@@ -32,6 +36,9 @@ pub fn run(args: ServeArgs) -> Result<()> {
     };
     if let Some(tokens) = args.max_total_tokens {
         cfg.override_kv_tokens(tokens)?;
+    }
+    if let Some(on) = args.cuda_graphs {
+        cfg.override_cuda_graphs(on);
     }
     let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
     let port = args.port.unwrap_or(cfg.gateway().port);

@@ -24,6 +24,13 @@ pub struct SimBenchArgs {
     /// Extra step time per new token, per model (ms): the cost of computing KV.
     #[arg(long, value_delimiter = ',', default_value = "0,0")]
     per_token_ms: Vec<f64>,
+    /// Extra step time per position of context the batch spans, per model (ms).
+    #[arg(long, value_delimiter = ',', default_value = "0,0")]
+    per_context_ms: Vec<f64>,
+    /// Output cap of the simulated models' requests; clients then start
+    /// staggered over the cap (first requests carry histories).
+    #[arg(long)]
+    output_cap: Option<usize>,
     /// Probability a small-model token goes to the large model.
     #[arg(long, default_value_t = 0.35)]
     route_probability: f64,
@@ -78,6 +85,8 @@ pub fn run(args: SimBenchArgs) -> Result<()> {
         latencies_ms: args.latencies_ms,
         per_seq_ms: args.per_seq_ms,
         per_token_ms: args.per_token_ms,
+        per_context_ms: args.per_context_ms,
+        output_cap: args.output_cap,
         route_probability: args.route_probability,
         thresholds: args.thresholds,
         duration_s: args.duration_s,

@@ -43,6 +43,10 @@ pub struct SubserverArgs {
     /// clients only.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// Decode steps of CUDA models as CUDA graphs: on | off (overrides
+    /// `system.cuda_graphs`; refused for a model on the CPU).
+    #[arg(long, value_parser = subserver::cuda::parse_switch, action = clap::ArgAction::Set)]
+    cuda_graphs: Option<bool>,
 }
 
 /// Runs `subserver` until the process is stopped.
@@ -54,7 +58,10 @@ pub fn run(args: SubserverArgs) -> Result<()> {
     access.bind = args.control;
     // Refused before the config and the models load.
     access.check().map_err(anyhow::Error::msg)?;
-    let cfg = EngineConfig::from_file(&args.config)?;
+    let mut cfg = EngineConfig::from_file(&args.config)?;
+    if let Some(on) = args.cuda_graphs {
+        cfg.override_cuda_graphs(on);
+    }
     let Some(model) = args.model else {
         return run_group(&cfg, args.admin, access);
     };

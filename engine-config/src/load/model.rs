@@ -180,12 +180,15 @@ fn build_sim(raw: RawSimModel, key: &str) -> Result<SimModel, ConfigError> {
 }
 
 fn build_latency(raw: RawLatency, key: &str) -> Result<LatencyModel, ConfigError> {
-    let linear_given = raw.base.is_some() || raw.per_seq.is_some() || raw.per_token.is_some();
+    let linear_given = raw.base.is_some()
+        || raw.per_seq.is_some()
+        || raw.per_token.is_some()
+        || raw.per_context.is_some();
     let result = match (raw.table, linear_given) {
         (Some(_), true) => {
             return Err(ConfigError::invalid(
                 format!("{key}.table"),
-                "cannot be combined with `base`, `per_seq` or `per_token`",
+                "cannot be combined with `base`, `per_seq`, `per_token` or `per_context`",
             ))
         }
         (Some(table), false) => LatencyModel::table(table),
@@ -193,7 +196,7 @@ fn build_latency(raw: RawLatency, key: &str) -> Result<LatencyModel, ConfigError
             let base = raw.base.ok_or_else(|| {
                 ConfigError::invalid(
                     key,
-                    "needs `base` (with optional `per_seq`, `per_token`) or `table`",
+                    "needs `base` (with optional `per_seq`, `per_token`, `per_context`) or `table`",
                 )
             })?;
             LatencyModel::linear(
@@ -201,12 +204,17 @@ fn build_latency(raw: RawLatency, key: &str) -> Result<LatencyModel, ConfigError
                 raw.per_seq.unwrap_or(0.0),
                 raw.per_token.unwrap_or(0.0),
             )
+            .and_then(|m| m.with_per_context(raw.per_context.unwrap_or(0.0)))
         }
     };
     result.map_err(|e| match e {
         LatencyError::BadMs { field, value } => ConfigError::invalid(
             format!("{key}.{field}"),
             format!("must be a finite number >= 0 (got {value})"),
+        ),
+        LatencyError::ContextOnTable => ConfigError::invalid(
+            format!("{key}.per_context"),
+            "cannot be combined with `table`",
         ),
         LatencyError::EmptyTable => ConfigError::invalid(
             format!("{key}.table"),

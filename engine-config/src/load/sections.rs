@@ -34,6 +34,7 @@ pub(super) fn build_system(
         enable_prefix_cache: raw
             .enable_prefix_cache
             .unwrap_or(defaults.enable_prefix_cache),
+        cuda_graphs: raw.cuda_graphs.unwrap_or(defaults.cuda_graphs),
         threads: match raw.threads {
             Some(0) => {
                 return Err(ConfigError::invalid(

@@ -464,7 +464,7 @@ fn system_rules() {
     }
     let c = system(
         "kv_cache_tokens: null, block_size: 32, max_batched_tokens: 512, max_batch_size: 8, \
-             enable_prefix_cache: false, threads: 2",
+             enable_prefix_cache: false, threads: 2, cuda_graphs: true",
     )
     .unwrap();
     let expected = SystemConfig {
@@ -473,6 +473,7 @@ fn system_rules() {
         max_batch_size: 8,
         enable_prefix_cache: false,
         threads: Some(2),
+        cuda_graphs: true,
     };
     assert_eq!(c.system(), &expected);
 }
@@ -588,6 +589,21 @@ fn latency_rules_name_the_field() {
     let c = with("{base: 6.0, per_seq: 0.1, per_token: 0.01}").unwrap();
     let m = &c.model(0).unwrap().sim.as_ref().unwrap().latency_ms;
     assert!((m.step_ms(10, 100) - 8.0).abs() < 1e-12);
+    let c = with("{base: 6.0, per_context: 0.001}").unwrap();
+    let m = &c.model(0).unwrap().sim.as_ref().unwrap().latency_ms;
+    assert!((m.step_ms_in_context(1, 1, 2000) - 8.0).abs() < 1e-12);
+    assert_error(
+        &with("{table: [[1, 2.0]], per_context: 0.1}").unwrap_err(),
+        "invalid",
+        &format!("{key}.table"),
+        "per_context",
+    );
+    assert_error(
+        &with("{base: 1.0, per_context: -1}").unwrap_err(),
+        "invalid",
+        &format!("{key}.per_context"),
+        "got -1",
+    );
 }
 
 #[test]

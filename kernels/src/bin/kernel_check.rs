@@ -3,9 +3,11 @@
 //!
 //! `--backend cuda` (feature `cuda`, a GPU): the CUDA kernels.
 //! `--backend cpu` (anywhere): the one-pass CPU twin of the signals kernel;
-//! sampling has no second CPU implementation, so it is reported as skipped.
+//! sampling has no second CPU implementation, so it is reported as skipped
+//! (`"status":"SKIP"`, never a pass).
 //!
-//! Prints one JSON object per check and exits 1 when any check fails.
+//! Prints one JSON object per check, each with `"status"`: PASS, FAIL or
+//! SKIP, and exits 1 when any check fails.
 //! Usage: kernel-check [--backend cpu|cuda] [--rows 64] [--cols 151936]
 //!        [--k 8] [--seed 1] [--tol 1e-3]
 
@@ -140,6 +142,15 @@ fn device_samples(a: &Args, _: &[Vec<f32>], _: bool) -> Result<Option<Tokens>, S
     }
 }
 
+/// A compared check's status; a skipped one prints SKIP itself.
+fn status(pass: bool) -> &'static str {
+    if pass {
+        "PASS"
+    } else {
+        "FAIL"
+    }
+}
+
 fn run(a: &Args) -> Result<bool, String> {
     let base = test_rows(a.rows, a.cols, a.seed);
     let mut ok = true;
@@ -156,12 +167,12 @@ fn run(a: &Args) -> Result<bool, String> {
         }
         ok &= failures.is_empty();
         println!(
-            "{{\"check\":\"signals\",\"backend\":\"{}\",\"dtype\":\"{dtype}\",\"rows\":{},\"cols\":{},\"k\":{},\"max_rel_err\":{worst:e},\"failed_rows\":{},\"first_failure\":{:?},\"pass\":{}}}",
-            a.backend, a.rows, a.cols, a.k, failures.len(), failures.first().cloned().unwrap_or_default(), failures.is_empty()
+            "{{\"check\":\"signals\",\"backend\":\"{}\",\"dtype\":\"{dtype}\",\"rows\":{},\"cols\":{},\"k\":{},\"max_rel_err\":{worst:e},\"failed_rows\":{},\"first_failure\":{:?},\"pass\":{},\"status\":\"{}\"}}",
+            a.backend, a.rows, a.cols, a.k, failures.len(), failures.first().cloned().unwrap_or_default(), failures.is_empty(), status(failures.is_empty())
         );
         match device_samples(a, &rows, bf16)? {
             None => println!(
-                "{{\"check\":\"sampling\",\"backend\":\"{}\",\"dtype\":\"{dtype}\",\"skipped\":\"no device kernel on the cpu backend\"}}",
+                "{{\"check\":\"sampling\",\"backend\":\"{}\",\"dtype\":\"{dtype}\",\"skipped\":\"no device kernel on the cpu backend\",\"status\":\"SKIP\"}}",
                 a.backend
             ),
             Some(tokens) => {
@@ -179,8 +190,8 @@ fn run(a: &Args) -> Result<bool, String> {
                 }
                 ok &= mismatched.is_empty();
                 println!(
-                    "{{\"check\":\"sampling\",\"backend\":\"{}\",\"dtype\":\"{dtype}\",\"rows\":{},\"mismatched\":{},\"first_mismatch\":{:?},\"pass\":{}}}",
-                    a.backend, rows.len(), mismatched.len(), mismatched.first().cloned().unwrap_or_default(), mismatched.is_empty()
+                    "{{\"check\":\"sampling\",\"backend\":\"{}\",\"dtype\":\"{dtype}\",\"rows\":{},\"mismatched\":{},\"first_mismatch\":{:?},\"pass\":{},\"status\":\"{}\"}}",
+                    a.backend, rows.len(), mismatched.len(), mismatched.first().cloned().unwrap_or_default(), mismatched.is_empty(), status(mismatched.is_empty())
                 );
             }
         }

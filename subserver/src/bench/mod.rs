@@ -4,7 +4,9 @@
 
 pub mod forwarder;
 pub mod me_route;
+pub mod options;
 pub mod profile;
 pub mod random_init;
 pub mod random_model;
 pub mod sim_bench;
+pub mod stagger;

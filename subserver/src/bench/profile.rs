@@ -25,6 +25,21 @@ pub struct StepProfile {
     pub prefill_tokens: usize,
     /// One prefill step of one sequence (ms).
     pub prefill_ms: f64,
+    /// One sequence at longer contexts: its prefill and its decode steps
+    /// there (empty in profiles written before they were measured).
+    #[serde(default)]
+    pub context: Vec<ContextPoint>,
+}
+
+/// One sequence prefilled to `tokens` positions, then decoded.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct ContextPoint {
+    /// Prompt tokens (prefilled in one step).
+    pub tokens: usize,
+    /// The prefill step (ms).
+    pub prefill_ms: f64,
+    /// Mean decode step after it (ms).
+    pub decode_ms: f64,
 }
 
 /// The profile as fractions of a one-sequence, one-token step: the step of
@@ -37,6 +52,9 @@ pub struct RelativeCosts {
     pub per_seq: f64,
     /// Per new token in the batch.
     pub per_token: f64,
+    /// Per position of context the batch's sequences span (0 without
+    /// context points in the profile).
+    pub per_context: f64,
 }
 
 impl RelativeCosts {
@@ -44,35 +62,79 @@ impl RelativeCosts {
     pub fn scaled(&self, l_ms: f64) -> (f64, f64, f64) {
         (self.base * l_ms, self.per_seq * l_ms, self.per_token * l_ms)
     }
+
+    /// `per_context` in ms for a model whose one-token step takes `l_ms`.
+    pub fn scaled_context(&self, l_ms: f64) -> f64 {
+        self.per_context * l_ms
+    }
+}
+
+/// Least-squares line through `(x, y)` points: (intercept, slope); slope 0
+/// when the x values do not spread.
+fn line(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len().max(1) as f64;
+    let mx = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let my = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let (mut sxy, mut sxx) = (0.0, 0.0);
+    for &(x, y) in points {
+        sxy += (x - mx) * (y - my);
+        sxx += (x - mx).powi(2);
+    }
+    let k = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (my - k * mx, k)
 }
 
 impl StepProfile {
     /// Fits the linear model: decode steps give `a + (s + t) B` by least
-    /// squares; the prefill step of T tokens separates `t` from `s`.
+    /// squares; the prefill step of T tokens separates `t` from `s`. With
+    /// context points, one sequence's decode step against its context gives
+    /// the cost per context position `c` (the batch runs' short context is
+    /// then taken out of `a` and `s`), and the longest prefill gives `t`
+    /// net of the context it spans.
     pub fn relative(&self) -> RelativeCosts {
-        let n = self.decode_ms.len() as f64;
-        let (sx, sy) = self
+        let batch: Vec<(f64, f64)> = self
             .decode_ms
             .iter()
-            .fold((0.0, 0.0), |(x, y), &(b, ms)| (x + b as f64, y + ms));
-        let (mx, my) = (sx / n.max(1.0), sy / n.max(1.0));
-        let (mut sxy, mut sxx) = (0.0, 0.0);
-        for &(b, ms) in &self.decode_ms {
-            sxy += (b as f64 - mx) * (ms - my);
-            sxx += (b as f64 - mx).powi(2);
-        }
-        let k = if sxx > 0.0 { (sxy / sxx).max(0.0) } else { 0.0 };
-        let a = (my - k * mx).max(0.0);
+            .map(|&(b, ms)| (b as f64, ms))
+            .collect();
+        let (a, k) = line(&batch);
+        let (a, k) = (a.max(0.0), k.max(0.0));
+        // Decode at one sequence against the context it reads: the batch
+        // runs' point (context ≈ the prompt) and the context points.
+        let mut single: Vec<(f64, f64)> = self
+            .context
+            .iter()
+            .map(|p| (p.tokens as f64, p.decode_ms))
+            .collect();
+        let c = if single.is_empty() {
+            0.0
+        } else {
+            single.push((self.prefill_tokens as f64, a + k));
+            line(&single).1.max(0.0)
+        };
+        // The batch runs read about `prefill_tokens` positions per sequence.
+        let ctx0 = self.prefill_tokens as f64;
+        let k = (k - c * ctx0).max(0.0);
         let one = (a + k).max(1e-9);
-        let t = if self.prefill_tokens > 1 {
-            ((self.prefill_ms - a - k) / (self.prefill_tokens - 1) as f64).clamp(0.0, k)
+        let (tokens, prefill_ms) = self
+            .context
+            .iter()
+            .map(|p| (p.tokens, p.prefill_ms))
+            .chain([(self.prefill_tokens, self.prefill_ms)])
+            .max_by_key(|p| p.0)
+            .unwrap_or((self.prefill_tokens, self.prefill_ms));
+        // Clamped to a decode token's cost: the prefill is the first forward
+        // of a fresh runner, whose one-off start-up cost it would otherwise carry.
+        let t = if tokens > 1 {
+            ((prefill_ms - a - k - c * tokens as f64) / (tokens - 1) as f64).clamp(0.0, k)
         } else {
             0.0
         };
         RelativeCosts {
             base: a / one,
-            per_seq: (k - t) / one,
+            per_seq: (k - t).max(0.0) / one,
             per_token: t / one,
+            per_context: c / one,
         }
     }
 }
@@ -142,6 +204,26 @@ pub fn decode_run(
     })
 }
 
+/// One sequence prefilled to each of `contexts` random tokens, then
+/// decoded `steps` steps: the profile's context points.
+pub fn context_points(
+    model: &Path,
+    contexts: &[usize],
+    steps: usize,
+) -> Result<Vec<ContextPoint>, EngineError> {
+    contexts
+        .iter()
+        .map(|&tokens| {
+            let (prefill_ms, decode_ms) = decode_run(model, 1, tokens, steps)?;
+            Ok(ContextPoint {
+                tokens,
+                prefill_ms,
+                decode_ms,
+            })
+        })
+        .collect()
+}
+
 impl StepProfile {
     /// Reads a profile saved as JSON.
     pub fn load(path: &Path) -> Result<Self, EngineError> {
@@ -170,12 +252,40 @@ mod tests {
             decode_ms: vec![(1, 55.0), (4, 70.0), (16, 130.0)],
             prefill_tokens: 33,
             prefill_ms: 119.0,
+            context: vec![],
         };
         let r = p.relative();
+        assert_eq!(r.per_context, 0.0);
         assert!((r.base - 50.0 / 55.0).abs() < 1e-9);
         assert!((r.per_seq - 3.0 / 55.0).abs() < 1e-9);
         assert!((r.per_token - 2.0 / 55.0).abs() < 1e-9);
         let (b, s, t) = r.scaled(27.9);
         assert!((b + s + t - 27.9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn fit_recovers_a_context_cost() {
+        // a = 50, s = 3, t = 2, c = 0.01 ms per position; the batch runs
+        // read 100 positions per sequence: decode 50 + (5 + 1) B.
+        let step = |b: f64, tokens: f64, ctx: f64| 50.0 + 3.0 * b + 2.0 * tokens + 0.01 * ctx;
+        let p = StepProfile {
+            decode_ms: vec![(1, 56.0), (4, 74.0), (16, 146.0)],
+            prefill_tokens: 100,
+            prefill_ms: step(1.0, 100.0, 100.0),
+            context: [1000.0, 4000.0]
+                .iter()
+                .map(|&n| ContextPoint {
+                    tokens: n as usize,
+                    prefill_ms: step(1.0, n, n),
+                    decode_ms: step(1.0, 1.0, n),
+                })
+                .collect(),
+        };
+        let r = p.relative();
+        assert!((r.per_context - 0.01 / 55.0).abs() < 1e-9, "{r:?}");
+        assert!((r.base - 50.0 / 55.0).abs() < 1e-9, "{r:?}");
+        assert!((r.per_seq - 3.0 / 55.0).abs() < 1e-9, "{r:?}");
+        assert!((r.per_token - 2.0 / 55.0).abs() < 1e-9, "{r:?}");
+        assert!((r.scaled_context(55.0) - 0.01).abs() < 1e-12);
     }
 }

@@ -15,7 +15,10 @@ use crate::assets::dtype::StorageDtype;
 use crate::assets::random::Preset;
 use crate::assets::AssetError;
 use crate::bench::forwarder::{self, ForwardRule, StdServers};
+use crate::bench::options::{answer_tokens, stagger, validate};
+pub use crate::bench::options::{BenchMode, SimBenchOptions, TchModels};
 use crate::bench::random_init::random_weights;
+use crate::bench::stagger::Stagger;
 use crate::config::LatencyModel;
 use crate::config::{DType, DeviceSpec};
 use crate::cuda::CudaOptions;
@@ -32,94 +35,6 @@ use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
-
-/// What to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BenchMode {
-    /// TokenRouter with delayed batching.
-    AsyncDelayed,
-    /// TokenRouter, eager steps.
-    Async,
-    /// TokenRouter with a global step barrier.
-    Lockstep,
-    /// TokenRouter, one model at a time.
-    Serial,
-    /// Single-model servers plus an external one-token forwarder.
-    StdServing,
-    /// The large model alone (the quality reference's cost).
-    LargeOnly,
-    /// The small model alone (its step time feeds the tuner).
-    SmallOnly,
-}
-
-impl std::str::FromStr for BenchMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "async_delayed" => Ok(Self::AsyncDelayed),
-            "async" => Ok(Self::Async),
-            "lockstep" => Ok(Self::Lockstep),
-            "serial" => Ok(Self::Serial),
-            "std_serving" => Ok(Self::StdServing),
-            "large_only" => Ok(Self::LargeOnly),
-            "small_only" => Ok(Self::SmallOnly),
-            _ => Err(format!(
-                "unknown mode `{s}` (async_delayed, async, lockstep, serial, std_serving, large_only, small_only)"
-            )),
-        }
-    }
-}
-
-/// Settings of one run.
-#[derive(Debug, Clone, Serialize)]
-pub struct SimBenchOptions {
-    /// Runtime mode.
-    pub mode: BenchMode,
-    /// Active requests kept by closed-loop clients.
-    pub concurrency: usize,
-    /// Step latency per model (ms), small first.
-    pub latencies_ms: Vec<f64>,
-    /// Extra step time per request in the batch (ms), per model.
-    pub per_seq_ms: Vec<f64>,
-    /// Extra step time per new token in the batch (ms), per model: the cost
-    /// of (re)computing KV, which Std. Serving pays again on every call.
-    pub per_token_ms: Vec<f64>,
-    /// Probability a small-model token is rewritten by the large model.
-    pub route_probability: f64,
-    /// Delayed-batching B per model (used at every concurrency).
-    pub thresholds: Vec<usize>,
-    /// Measured time.
-    pub duration_s: f64,
-    /// Time before measuring.
-    pub warmup_s: f64,
-    /// Seed for tokens and routing draws.
-    pub seed: u64,
-    /// Prompt tokens per request.
-    pub prompt_tokens: usize,
-    /// Bound on a delayed-batching wait.
-    pub max_batch_wait_ms: f64,
-    /// Real models (random weights on a device) instead of simulated ones.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tch: Option<TchModels>,
-}
-
-/// Random-weight models built on a device for the bench (`model-bench`).
-#[derive(Debug, Clone, Serialize)]
-pub struct TchModels {
-    /// Preset names, small first (`gen-random` presets).
-    pub presets: Vec<String>,
-    /// `cpu`, `cuda`, `cuda:N`.
-    pub device: String,
-    /// `f32`, `bf16`, `f16`.
-    pub dtype: String,
-    /// Decode steps as CUDA graphs.
-    pub cuda_graphs: bool,
-    /// A CUDA stream per model.
-    pub cuda_streams: bool,
-    /// Tokens each request writes before the client sends the next one.
-    pub answer_tokens: usize,
-}
 
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -143,47 +58,17 @@ pub struct SimBenchReport {
     pub wall_s: f64,
 }
 
-/// Tokens each request may write: long enough that few requests end while measuring.
-const LONG_ANSWER: usize = 8000;
-
-fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
-    let bad = |m: String| Err(EngineError::InvalidRequest(m));
-    if o.latencies_ms.len() != 2 {
-        return bad(format!(
-            "--latencies-ms needs 2 values (small, large), got {}",
-            o.latencies_ms.len()
-        ));
-    }
-    if o.latencies_ms.iter().any(|&l| !(l >= 0.0 && l.is_finite())) {
-        return bad("--latencies-ms must be non-negative".into());
-    }
-    if !(0.0..=1.0).contains(&o.route_probability) {
-        return bad(format!(
-            "--route-probability must be in [0, 1], got {}",
-            o.route_probability
-        ));
-    }
-    if o.concurrency == 0 {
-        return bad("--concurrency must be at least 1".into());
-    }
-    if o.thresholds.len() != 2 || o.thresholds.contains(&0) {
-        return bad("--thresholds needs 2 positive values (small, large)".into());
-    }
-    if o.duration_s.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || o.warmup_s < 0.0 {
-        return bad("--duration-s must be positive and the warm-up non-negative".into());
-    }
-    Ok(())
-}
-
-/// Tokens each request may write.
-fn answer_tokens(o: &SimBenchOptions) -> usize {
-    o.tch.as_ref().map_or(LONG_ANSWER, |t| t.answer_tokens)
-}
-
-/// Model `m`'s runner: simulated, or a random-weight model on a device.
-fn runner(o: &SimBenchOptions, m: usize) -> Result<Box<dyn ModelRunner>, EngineError> {
+/// Model `m`'s runner: simulated (free while `start` says so), or a
+/// random-weight model on a device.
+fn runner(
+    o: &SimBenchOptions,
+    m: usize,
+    start: &Stagger,
+) -> Result<Box<dyn ModelRunner>, EngineError> {
     let Some(t) = &o.tch else {
-        return Ok(Box::new(sim_runner(o, m)?));
+        return Ok(Box::new(
+            sim_runner(o, m)?.with_free_while(start.free_switch()),
+        ));
     };
     let bad = |e: String| EngineError::InvalidRequest(e);
     let preset: Preset = t.presets[m]
@@ -224,6 +109,7 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
         o.per_seq_ms.get(m).copied().unwrap_or(0.0),
         o.per_token_ms.get(m).copied().unwrap_or(0.0),
     )
+    .and_then(|l| l.with_per_context(o.per_context_ms.get(m).copied().unwrap_or(0.0)))
     .map_err(|e| EngineError::InvalidRequest(format!("--latencies-ms: {e}")))?;
     let kv_tokens = o.concurrency * (o.prompt_tokens + answer_tokens(o) + 64) + 4096;
     SimRunner::new(
@@ -237,10 +123,12 @@ fn sim_runner(o: &SimBenchOptions, m: usize) -> Result<SimRunner, EngineError> {
     )
 }
 
-/// The prompt of request `k` of closed-loop client `client`: distinct per
+/// The prompt of request `k` of closed-loop client `client`, with the
+/// client's staggered history after it on its first request: distinct per
 /// request, so no request rides on another's prefix-cache entry.
-fn prompt(o: &SimBenchOptions, client: usize, k: u64) -> Vec<u32> {
-    (0..o.prompt_tokens.max(1))
+fn prompt(o: &SimBenchOptions, start: &Stagger, client: usize, k: u64) -> Vec<u32> {
+    let history = if k == 0 { start.history(client) } else { 0 };
+    (0..o.prompt_tokens.max(1) + history)
         .map(|i| ((i * 31 + client * 7919 + k as usize * 104_729) % 30_000 + 1) as u32)
         .collect()
 }
@@ -282,6 +170,7 @@ fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, En
     } else {
         ("Random", kwargs)
     };
+    let start = stagger(o);
     let mut members = Vec::new();
     for (i, &m) in models.iter().enumerate() {
         let at = Placement {
@@ -293,7 +182,7 @@ fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, En
             .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         members.push(MemberSpec {
             name: ["small", "large"][m].to_string(),
-            runner: runner(o, m)?,
+            runner: runner(o, m, &start)?,
             policy,
             tokenizer: None,
             thresholds: vec![o.thresholds[m]],
@@ -314,23 +203,26 @@ fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, En
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..o.concurrency)
         .map(|c| {
-            let (group, stop, o) = (group.clone(), stop.clone(), o.clone());
+            let (group, stop, o, start) = (group.clone(), stop.clone(), o.clone(), start.clone());
             std::thread::spawn(move || {
                 let mut k = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let mut params = SamplingParams::greedy(answer_tokens(&o));
+                    let mut params =
+                        SamplingParams::greedy(start.max_tokens(c, k, answer_tokens(&o)));
                     params.seed = Some(request_seed(o.seed, c, k));
-                    let (_rid, mut rx) = group.submit(prompt(&o, c, k), params);
+                    let (_rid, mut rx) = group.submit(prompt(&o, &start, c, k), params);
                     k += 1;
                     while let Some(ev) = rx.blocking_recv() {
-                        if matches!(ev, StreamEvent::Finished { .. } | StreamEvent::Failed(_)) {
-                            break;
+                        match ev {
+                            StreamEvent::Token { .. } => start.committed(c),
+                            StreamEvent::Finished { .. } | StreamEvent::Failed(_) => break,
                         }
                     }
                 }
             })
         })
         .collect();
+    let started = start.wait_started();
     std::thread::sleep(Duration::from_secs_f64(o.warmup_s));
     group.reset_counters();
     let t0 = Instant::now();
@@ -342,6 +234,7 @@ fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, En
     for c in clients {
         let _ = c.join();
     }
+    started?;
     let by_writer = &stats[0].committed_by_writer;
     let tokens: u64 = by_writer.iter().sum();
     Ok(SimBenchReport {
@@ -387,6 +280,7 @@ fn group_shutdown(group: Arc<Group>) -> Option<Group> {
 }
 
 fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
+    let start = stagger(o);
     let mut servers = Vec::new();
     for m in 0..2usize {
         let at = Placement {
@@ -398,7 +292,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
             .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         let member = MemberSpec {
             name: ["small", "large"][m].to_string(),
-            runner: runner(o, m)?,
+            runner: runner(o, m, &start)?,
             policy,
             tokenizer: None,
             thresholds: vec![1],
@@ -428,38 +322,41 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
     let clients: Vec<_> = (0..o.concurrency)
         .map(|c| {
-            let (servers, measuring, stop, counts) = (
+            let (servers, measuring, stop, counts, start, o) = (
                 servers.clone(),
                 measuring.clone(),
                 stop.clone(),
                 counts.clone(),
+                start.clone(),
+                o.clone(),
             );
-            let p = prompt(o, c, 0);
-            // Closed loop over requests of `answer` tokens; the seed is per client.
-            let seed = request_seed(o.seed, c, 0);
-            let answer = answer_tokens(o);
             std::thread::spawn(move || {
                 let params = SamplingParams::greedy(1);
-                // Closed loop: a new request when one reaches its length.
+                // Closed loop: a new request (its own prompt and routing
+                // draws) when one reaches its length.
+                let mut k = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let _ = forwarder::generate(
                         &servers,
                         rule,
-                        seed,
-                        &p,
-                        answer,
+                        request_seed(o.seed, c, k),
+                        &prompt(&o, &start, c, k),
+                        start.max_tokens(c, k, answer_tokens(&o)),
                         &params,
                         |_, writer| {
+                            start.committed(c);
                             if measuring.load(Ordering::Relaxed) {
                                 counts[writer].fetch_add(1, Ordering::Relaxed);
                             }
                             !stop.load(Ordering::Relaxed)
                         },
                     );
+                    k += 1;
                 }
             })
         })
         .collect();
+    let started = start.wait_started();
     std::thread::sleep(Duration::from_secs_f64(o.warmup_s));
     let before: Vec<_> = servers.servers.iter().map(|s| s.stats(0)).collect();
     measuring.store(true, Ordering::Relaxed);
@@ -472,6 +369,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     for c in clients {
         let _ = c.join();
     }
+    started?;
     let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     let tokens: u64 = per.iter().sum();
     let steps: Vec<u64> = before

@@ -29,10 +29,20 @@ pub struct ModelMetrics {
     preemptions: IntCounter,
 }
 
+// Here rather than in `subserver.rs`, so that the shared collectors do not
+// import the per-model handle that reads them (one-way dependency).
+impl SubserverMetrics {
+    /// A handle for one model, its `model` label bound. Cheap; calling it
+    /// twice with the same name gives two handles on the same series.
+    pub fn for_model(&self, model: &str) -> ModelMetrics {
+        ModelMetrics::new(self.clone(), model)
+    }
+}
+
 impl ModelMetrics {
     /// Binds the label; every per-model series exists (at zero) from here
     /// on, so a scrape shows the model before its first step.
-    pub(super) fn new(shared: SubserverMetrics, model: &str) -> Self {
+    fn new(shared: SubserverMetrics, model: &str) -> Self {
         let m = &[model];
         Self {
             running: shared.running.with_label_values(m),

@@ -7,7 +7,6 @@ use prometheus::{
 
 use super::batch_bucket::step_latency_buckets;
 use super::error::MetricsError;
-use super::model::ModelMetrics;
 use super::names;
 
 /// Every collector of a subserver process. Cloning is cheap (the
@@ -149,12 +148,6 @@ impl SubserverMetrics {
         };
         metrics.register(registry)?;
         Ok(metrics)
-    }
-
-    /// A handle for one model, its `model` label bound. Cheap; calling it
-    /// twice with the same name gives two handles on the same series.
-    pub fn for_model(&self, model: &str) -> ModelMetrics {
-        ModelMetrics::new(self.clone(), model)
     }
 
     /// Counts one writer transition: the writer of the current token

@@ -230,6 +230,13 @@ impl TcpTransport {
         stragglers
     }
 
+    /// Fires on every successful (re)connect to model `to` (its count so
+    /// far): what a caller waits on for a peer to come back, instead of
+    /// retrying on a timer. `None` for this model or one outside the group.
+    pub fn connects(&self, to: ModelIdx) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.link(to).map(|l| l.connects())
+    }
+
     fn link(&self, to: ModelIdx) -> Option<&Arc<Link>> {
         self.links.get(usize::from(to)).and_then(Option::as_ref)
     }

@@ -3,7 +3,12 @@
 //! short steps stay precise) and yields seeded tokens. It keeps a real
 //! `KvManager`, so admission, preemption and block accounting are exercised
 //! exactly as with libtorch. The scheduler cannot tell it from the tch runner.
+//! The step time may grow with the tokens a step brings (prefill) and with
+//! the context its sequences span, so long answers and re-prefilled returns
+//! cost what they cost an engine.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::{Rng, SeedableRng};
@@ -17,13 +22,15 @@ use crate::runner::{ModelRunner, RunnerInfo, StepBatch, StepOutput};
 
 /// Step time as a function of the batch.
 pub trait StepLatency: Send {
-    /// Milliseconds a step of `batch` requests with `new_tokens` tokens takes.
-    fn step_ms(&self, batch: usize, new_tokens: usize) -> f64;
+    /// Milliseconds a step of `batch` requests with `new_tokens` tokens
+    /// takes, when the requests span `context_tokens` positions in all
+    /// (cached and new).
+    fn step_ms(&self, batch: usize, new_tokens: usize, context_tokens: usize) -> f64;
 }
 
 impl StepLatency for crate::config::LatencyModel {
-    fn step_ms(&self, batch: usize, new_tokens: usize) -> f64 {
-        crate::config::LatencyModel::step_ms(self, batch, new_tokens)
+    fn step_ms(&self, batch: usize, new_tokens: usize, context_tokens: usize) -> f64 {
+        self.step_ms_in_context(batch, new_tokens, context_tokens)
     }
 }
 
@@ -54,6 +61,7 @@ pub struct SimRunner {
     seed: u64,
     logits: bool,
     emits_eos: bool,
+    free: Option<Arc<AtomicBool>>,
 }
 
 impl SimRunner {
@@ -85,7 +93,17 @@ impl SimRunner {
             seed,
             logits: false,
             emits_eos: false,
+            free: None,
         })
+    }
+
+    /// Steps take no time while `free` is set: a benchmark uses it to bring
+    /// its requests to a staggered start (long histories already prefilled)
+    /// without spending minutes of simulated prefill that its steady state
+    /// would never pay.
+    pub fn with_free_while(mut self, free: Arc<AtomicBool>) -> Self {
+        self.free = Some(free);
+        self
     }
 
     /// Makes steps return seeded random logits instead of tokens, so the
@@ -159,7 +177,12 @@ impl ModelRunner for SimRunner {
         for item in &batch.items {
             self.kv.reserve(item.rid, item.start + item.tokens.len())?;
         }
-        let ms = self.latency.step_ms(batch.items.len(), batch.num_tokens());
+        // Every item reads its whole sequence: what was cached before and
+        // what this step brings (a prefill chunk, or one decode token).
+        let context: usize = batch.items.iter().map(|i| i.start + i.tokens.len()).sum();
+        let ms = self
+            .latency
+            .step_ms(batch.items.len(), batch.num_tokens(), context);
         let out = if self.logits {
             StepOutput {
                 logits: Some(self.random_logits(&batch.items)?),
@@ -175,7 +198,13 @@ impl ModelRunner for SimRunner {
                 entropy_sums: None,
             }
         };
-        sleep_until(start + Duration::from_secs_f64(ms.max(0.0) / 1e3));
+        if !self
+            .free
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
+            sleep_until(start + Duration::from_secs_f64(ms.max(0.0) / 1e3));
+        }
         Ok(out)
     }
 
@@ -224,6 +253,52 @@ mod tests {
         assert_eq!(toks.len(), 2);
         assert!(toks.iter().all(|&t| t != 0 && t < 100));
         assert_eq!(r.kv_ref().num_requests(), 2);
+    }
+
+    /// Records the arguments of each step instead of timing anything.
+    struct Recorder(std::sync::Arc<std::sync::Mutex<Vec<(usize, usize, usize)>>>);
+
+    impl StepLatency for Recorder {
+        fn step_ms(&self, batch: usize, new_tokens: usize, context_tokens: usize) -> f64 {
+            self.0
+                .lock()
+                .unwrap()
+                .push((batch, new_tokens, context_tokens));
+            0.0
+        }
+    }
+
+    #[test]
+    fn a_step_is_charged_for_its_context_and_new_tokens() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let rec = Box::new(Recorder(seen.clone()));
+        let mut r = SimRunner::new("sim", 100, vec![0], rec, 4096, 16, 1).unwrap();
+        r.kv().admit(1, &[1; 40]).unwrap();
+        r.kv().admit(2, &[2; 3]).unwrap();
+        // Request 1 decodes at position 40 (40 cached), request 2 prefills 3.
+        r.forward(&StepBatch {
+            entropy_items: vec![],
+            items: vec![
+                StepItem {
+                    rid: 1,
+                    start: 40,
+                    tokens: vec![7],
+                },
+                StepItem {
+                    rid: 2,
+                    start: 0,
+                    tokens: vec![2, 2, 2],
+                },
+            ],
+        })
+        .unwrap();
+        assert_eq!(*seen.lock().unwrap(), vec![(2, 4, 41 + 3)]);
+        // And the model charges it: 1 ms per 1,000 context tokens.
+        let lat = LatencyModel::linear(1.0, 0.0, 0.0)
+            .unwrap()
+            .with_per_context(0.001)
+            .unwrap();
+        assert!((StepLatency::step_ms(&lat, 2, 4, 44_000) - 45.0).abs() < 1e-9);
     }
 
     #[test]

@@ -292,6 +292,13 @@ impl Group {
             .unwrap_or_default()
     }
 
+    /// Fires each time model `m`'s scheduler has freed requests and
+    /// published its state without them (see [`SchedulerStats::freed`]);
+    /// `None` for a model this group does not run.
+    pub fn freed(&self, m: ModelIdx) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.stats.get(m as usize).map(|s| s.freed())
+    }
+
     /// Zeroes the rate counters of every model (after a warm-up).
     pub fn reset_counters(&self) {
         for s in &self.stats {

@@ -132,6 +132,18 @@ impl MemberProcess {
         self.alive.load(Ordering::SeqCst)
     }
 
+    /// Fires each time the scheduler has freed requests and published its
+    /// state without them (see [`SchedulerStats::freed`]).
+    pub fn freed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stats.freed()
+    }
+
+    /// Fires on every successful (re)connect to peer `m` (see
+    /// [`TcpTransport::connects`]).
+    pub fn peer_connects(&self, m: ModelIdx) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.transport.connects(m)
+    }
+
     /// Whether a peer is reachable over TCP.
     pub fn peer_up(&self, m: ModelIdx) -> bool {
         m == self.index || self.transport.is_up(m)

@@ -88,6 +88,9 @@ struct Mirror {
 pub struct SchedulerStats {
     inner: Mutex<StatsSnapshot>,
     mirror: Option<Mirror>,
+    /// Requests this scheduler has freed, sent after the queue state that
+    /// shows them gone was published.
+    freed: tokio::sync::watch::Sender<u64>,
 }
 
 impl SchedulerStats {
@@ -104,7 +107,19 @@ impl SchedulerStats {
         Self {
             inner: Mutex::new(snap),
             mirror: None,
+            freed: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Fires (the count of requests freed so far) each time the scheduler
+    /// has freed requests and published the state without them: what a
+    /// test waits on instead of polling until KV and requests are released.
+    pub fn freed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.freed.subscribe()
+    }
+
+    pub(crate) fn publish_freed(&self, n: u64) {
+        self.freed.send_modify(|c| *c += n);
     }
 
     /// Also counts into Prometheus: `names` are the group's model names by

@@ -459,12 +459,19 @@ fn invalid_requests_fail_fast_and_hold_nothing() {
 
 #[test]
 fn memory_pressure_preempts_instead_of_failing() {
-    // 32 requests x (4 + 40) tokens need ~1400 slots; the pool has 512.
+    // 32 requests x (5 prompt + 24 output) positions need two 16-token
+    // blocks each, 64 in all; the pool has 512 slots, 32 blocks. Every
+    // request fits in one block when admitted, so the pool fills before the
+    // requests cross into their second block: some must be preempted, and
+    // every one must still finish (run_concurrency checks each answer).
     let o = Opts {
         kv_tokens: 512,
         ..Opts::default()
     };
-    run_concurrency(32, &o);
+    let stats = run_concurrency(32, &o);
+    let preempted: u64 = stats.iter().map(|s| s.preemptions).sum();
+    assert!(preempted > 0, "no preemption under memory pressure");
+    assert!(stats.iter().all(|s| s.failed == 0));
 }
 
 /// Every event of one request: (token, writer, logprobs) and the outcome.

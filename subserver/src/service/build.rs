@@ -239,7 +239,10 @@ pub fn runner(
                 block_size: cfg.system().block_size,
                 kv_budget: planned_budget(cfg, i).map_err(model_err)?,
                 enable_prefix_cache: cfg.system().enable_prefix_cache,
-                cuda: Default::default(),
+                cuda: crate::cuda::CudaOptions {
+                    graphs: cfg.system().cuda_graphs,
+                    ..Default::default()
+                },
             };
             let runner = TchRunner::load(&opts).map_err(model_err)?;
             let tokenizer = if with_tokenizer {

@@ -60,6 +60,8 @@ pub(super) struct Link {
     /// Frames accepted by `push` and not yet written (or dropped).
     queued: AtomicUsize,
     state: AtomicU8,
+    /// Successful connects so far, sent on each one.
+    connects: tokio::sync::watch::Sender<u64>,
 }
 
 impl Link {
@@ -74,7 +76,13 @@ impl Link {
             closed: AtomicBool::new(false),
             queued: AtomicUsize::new(0),
             state: AtomicU8::new(STATE_UNKNOWN),
+            connects: tokio::sync::watch::Sender::new(0),
         }
+    }
+
+    /// Fires on every successful (re)connect, handshake done.
+    pub(super) fn connects(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.connects.subscribe()
     }
 
     /// Queues one encoded frame; never blocks on the network.
@@ -118,6 +126,7 @@ impl Link {
         if self.state.swap(STATE_UP, Ordering::AcqRel) != STATE_UP {
             info!(me = self.me, to = self.to, addr = %self.addr, "peer connected");
         }
+        self.connects.send_modify(|n| *n += 1);
     }
 
     fn set_down(&self, reason: &str) {

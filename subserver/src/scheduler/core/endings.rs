@@ -11,7 +11,9 @@ use crate::scheduler::seq::{Seq, SeqState};
 use super::Scheduler;
 
 impl<R: ModelRunner> Scheduler<R> {
+    /// Frees what `seq` holds; every request leaving this scheduler passes here.
     pub(super) fn free_kv(&mut self, seq: &Seq, cache: bool) {
+        self.freed_unpublished += 1;
         if !seq.admitted {
             return;
         }

@@ -94,6 +94,8 @@ pub struct Scheduler<R: ModelRunner> {
     asleep: bool,
     /// The step's logits on the host, reused across steps.
     host_logits: HostLogits,
+    /// Requests removed (their KV freed) since the stats were last published.
+    freed_unpublished: u64,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -131,6 +133,17 @@ impl<R: ModelRunner> Scheduler<R> {
             share,
             asleep: false,
             host_logits: HostLogits::default(),
+            freed_unpublished: 0,
+        }
+    }
+
+    /// Publishes the queue state, then announces the requests freed since
+    /// the last call, so a waiter woken by it reads the state they left.
+    fn publish(&mut self) {
+        self.publish_queue_stats();
+        if self.freed_unpublished > 0 {
+            self.stats
+                .publish_freed(std::mem::take(&mut self.freed_unpublished));
         }
     }
 
@@ -199,6 +212,7 @@ impl<R: ModelRunner> Scheduler<R> {
             }
             if self.shutting_down {
                 self.fail_all(RequestError::Shutdown);
+                self.publish();
                 if let Some(s) = &self.shared {
                     s.barrier.abort();
                     // Gone for good: it holds nothing, so it counts as asleep.
@@ -226,7 +240,7 @@ impl<R: ModelRunner> Scheduler<R> {
             } else {
                 self.try_step();
             }
-            self.publish_queue_stats();
+            self.publish();
         }
     }
 
