@@ -37,7 +37,7 @@ def parse():
     p.add_argument("exit")
     p.add_argument("out")
     p.add_argument("--train-layers", type=int, default=4, help="last layers of the exit to train")
-    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)

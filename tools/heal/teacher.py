@@ -40,9 +40,9 @@ def parse():
     p.add_argument("bin", help="the tokenrouter binary")
     p.add_argument("full", help="the full model's directory")
     p.add_argument("out", help="where the answers go (.pt)")
-    p.add_argument("--prompts", type=int, default=256, help="training prompts")
-    p.add_argument("--holdout", type=int, default=64, help="held-out prompts (never trained on)")
-    p.add_argument("--max-new", type=int, default=96, help="answer tokens per prompt")
+    p.add_argument("--prompts", type=int, default=160, help="training prompts")
+    p.add_argument("--holdout", type=int, default=48, help="held-out prompts (never trained on)")
+    p.add_argument("--max-new", type=int, default=64, help="answer tokens per prompt")
     p.add_argument("--topk", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", default="bf16", help="the engine's dtype for the answers")
@@ -72,7 +72,9 @@ def engine_answers(a, prompt_ids):
         src, dst = os.path.join(tmp, "prompts.jsonl"), os.path.join(tmp, "answers.jsonl")
         with open(src, "w") as f:
             for i, ids in enumerate(prompt_ids):
-                sampled = (i // GROUP) % 2 == 1
+                # Held-out answers are greedy: the agreement check reads
+                # the teacher's most likely path.
+                sampled = i < a.prompts and (i // GROUP) % 2 == 1
                 line = {"prompt_ids": ids, "temperature": 0.8 if sampled else 0.0, "seed": a.seed + i}
                 f.write(json.dumps(line) + "\n")
         cmd = [a.bin, "generate", "--model", a.full, "--prompts-file", src, "--out", dst,
