@@ -6,7 +6,6 @@ use std::path::Path;
 
 use crate::bench::output::{plot_runs, read_summaries, OutputError};
 use crate::bench::Summary;
-use crate::eval::run::EvalReport;
 use crate::page::Page;
 use crate::plot::{chart, Series, Style};
 
@@ -271,41 +270,6 @@ pub fn add_quality(
         &format!("{rel}/pareto.svg"),
     );
     Ok(())
-}
-
-/// Adds the accuracy table of `reports` to `page`.
-pub fn add_eval(page: &mut Page, reports: &[EvalReport]) {
-    let rows: Vec<Vec<String>> = reports
-        .iter()
-        .map(|r| {
-            vec![
-                r.label.clone(),
-                format!("{}/{}", r.correct, r.total),
-                format!("{:.1}%", 100.0 * r.correct as f64 / r.total.max(1) as f64),
-                r.large_share
-                    .map_or_else(|| "–".into(), |s| format!("{:.1}%", s * 100.0)),
-                format!("{:.1}", r.wall_s),
-                r.output_tokens.to_string(),
-                r.items
-                    .iter()
-                    .filter(|g| g.error.is_some())
-                    .count()
-                    .to_string(),
-            ]
-        })
-        .collect();
-    page.table(
-        &[
-            "method",
-            "correct",
-            "accuracy",
-            "large-model share",
-            "time (s)",
-            "output tokens",
-            "failed requests",
-        ],
-        &rows,
-    );
 }
 
 #[cfg(test)]

@@ -15,6 +15,21 @@ pub struct Prompt {
     pub reference: Option<String>,
     /// Tokens to ask for; `None`: the run's `--max-tokens`.
     pub max_tokens: Option<usize>,
+    /// A short-answer item's kind (`kind` field); `None`: a math problem
+    /// or a plain prompt.
+    pub kind: Option<AnswerKind>,
+    /// Other accepted answers (`aliases` field).
+    pub aliases: Vec<String>,
+}
+
+/// What a short-answer item asks for (see `eval::short`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerKind {
+    /// One number.
+    Number,
+    /// One word or name.
+    Text,
 }
 
 /// Why a dataset could not be read.
@@ -94,6 +109,8 @@ pub fn record(v: &Value) -> Result<Prompt, String> {
             text: s.clone(),
             reference: None,
             max_tokens: None,
+            kind: None,
+            aliases: Vec::new(),
         });
     }
     let (text, reply) = match string_at(v, &PROMPT_KEYS) {
@@ -102,6 +119,18 @@ pub fn record(v: &Value) -> Result<Prompt, String> {
             format!("no prompt: expected one of {PROMPT_KEYS:?}, `messages` or `conversations`")
         })?,
     };
+    let kind = match v.get("kind") {
+        None | Some(Value::Null) => None,
+        Some(k) => Some(
+            serde_json::from_value(k.clone())
+                .map_err(|_| format!("`kind` must be \"number\" or \"text\", not {k}"))?,
+        ),
+    };
+    let aliases = match v.get("aliases") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(a) => serde_json::from_value(a.clone())
+            .map_err(|_| format!("`aliases` must be a list of strings, not {a}"))?,
+    };
     Ok(Prompt {
         text,
         reference: string_at(v, &ANSWER_KEYS).or(reply),
@@ -109,6 +138,8 @@ pub fn record(v: &Value) -> Result<Prompt, String> {
             .get("max_tokens")
             .and_then(Value::as_u64)
             .map(|n| n as usize),
+        kind,
+        aliases,
     })
 }
 
@@ -169,6 +200,8 @@ pub fn synthetic(count: usize, input_words: usize, output_tokens: usize, seed: u
                 text: words.join(" "),
                 reference: None,
                 max_tokens: Some(output_tokens),
+                kind: None,
+                aliases: Vec::new(),
             }
         })
         .collect()
@@ -203,6 +236,39 @@ mod tests {
         assert_eq!(p[2].text, "hi");
         assert_eq!(p[2].reference.as_deref(), Some("hello"));
         assert_eq!(p[3].max_tokens, Some(9));
+        assert_eq!(p[0].kind, None);
+    }
+
+    #[test]
+    fn reads_short_answer_kinds_and_aliases_and_refuses_bad_ones() {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        writeln!(
+            f,
+            r#"{{"question": "q", "answer": "autumn", "kind": "text", "aliases": ["fall"]}}"#
+        )
+        .unwrap();
+        writeln!(f, r#"{{"question": "n", "answer": 4, "kind": "number"}}"#).unwrap();
+        let p = load(f.path()).unwrap();
+        assert_eq!(p[0].kind, Some(AnswerKind::Text));
+        assert_eq!(p[0].aliases, vec!["fall".to_string()]);
+        assert_eq!(p[1].kind, Some(AnswerKind::Number));
+
+        let mut g = tempfile::NamedTempFile::new().unwrap();
+        writeln!(g, r#"{{"question": "q", "answer": "a", "kind": "word"}}"#).unwrap();
+        let e = load(g.path()).unwrap_err().to_string();
+        assert!(e.contains(":1: `kind` must be"), "{e}");
+        let mut h = tempfile::NamedTempFile::new().unwrap();
+        writeln!(h, r#"{{"question": "q", "answer": "a", "aliases": "b"}}"#).unwrap();
+        let e = load(h.path()).unwrap_err().to_string();
+        assert!(e.contains("`aliases` must be a list"), "{e}");
+    }
+
+    #[test]
+    fn the_committed_short_answer_set_loads_with_kinds() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/eval/short300.jsonl");
+        let p = load(&path).unwrap();
+        assert_eq!(p.len(), 300);
+        assert!(p.iter().all(|q| q.kind.is_some() && q.reference.is_some()));
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! This crate speaks only HTTP and JSON: it does not link libtorch, so it
 //! drives our gateway, vLLM, SGLang or a llama.cpp server alike.
 
+pub mod accuracy;
 pub mod bench;
 pub mod cli;
 pub mod client;
@@ -17,3 +18,4 @@ pub mod page;
 pub mod plot;
 pub mod seeds;
 pub mod stats;
+pub mod verdict;

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::machine;
+use crate::verdict::noisy_marker;
 
 /// A results page being assembled; `write` stamps the end and saves it.
 #[derive(Debug, Clone)]
@@ -91,12 +92,16 @@ impl Page {
         let _ = writeln!(out, "| date (UTC) | {} |", self.started);
         let _ = writeln!(out, "| commit | `{}` |", self.commit);
         let _ = writeln!(out, "| machine | {} |", self.machine);
+        let load_end = machine::load_average();
         let _ = writeln!(
             out,
             "| load average (1 min) | {} at start, {} at end |\n",
             load(self.load_start),
-            load(machine::load_average())
+            load(load_end)
         );
+        if let Some(warning) = noisy_marker(self.load_start, load_end) {
+            let _ = writeln!(out, "{warning}\n");
+        }
         out.push_str(&self.body);
         out
     }
@@ -152,5 +157,19 @@ mod tests {
         let path = dir.path().join("sub/page.md");
         p.write(&path).unwrap();
         assert!(std::fs::read_to_string(path).unwrap().contains("## Runs"));
+    }
+
+    #[test]
+    fn a_page_started_on_a_busy_machine_is_marked_noisy() {
+        let mut p = Page::begin("T", "make t");
+        p.started_at("2026-01-01 00:00", Some(7.5));
+        assert!(p
+            .render()
+            .contains("**Noisy: measured at a load average of"));
+        p.started_at("2026-01-01 00:00", Some(0.1));
+        let quiet = p.render();
+        // The end-of-run load is this machine's now: only check the start is not flagged.
+        let loaded = machine::load_average().is_some_and(|l| l > crate::verdict::NOISY_LOAD);
+        assert_eq!(quiet.contains("**Noisy"), loaded);
     }
 }

@@ -1,4 +1,5 @@
-//! Percentiles and the latency summary of a set of samples.
+//! Percentiles, the latency summary of a set of samples, and confidence
+//! intervals of proportions.
 
 use serde::{Deserialize, Serialize};
 
@@ -51,9 +52,68 @@ impl Spread {
     }
 }
 
+/// z of a two-sided 95% interval.
+pub const Z95: f64 = 1.959_963_985;
+
+/// The Wilson score 95% interval of `k` successes in `n` trials (`(0, 1)`
+/// for no trials): unlike the normal interval it stays inside [0, 1] and
+/// is not empty at 0/n.
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let (n, p) = (n as f64, k as f64 / n as f64);
+    let z2 = Z95 * Z95;
+    let centre = (p + z2 / (2.0 * n)) / (1.0 + z2 / n);
+    let half = Z95 / (1.0 + z2 / n) * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+/// Newcombe's 95% interval of the difference `k1/n1 - k2/n2` of two
+/// independent proportions (method 10, from their Wilson intervals).
+pub fn difference_interval(k1: usize, n1: usize, k2: usize, n2: usize) -> (f64, f64) {
+    let p1 = k1 as f64 / n1.max(1) as f64;
+    let p2 = k2 as f64 / n2.max(1) as f64;
+    let (l1, u1) = wilson(k1, n1);
+    let (l2, u2) = wilson(k2, n2);
+    let d = p1 - p2;
+    (
+        d - ((p1 - l1).powi(2) + (u2 - p2).powi(2)).sqrt(),
+        d + ((u1 - p1).powi(2) + (p2 - l2).powi(2)).sqrt(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wilson_intervals_match_published_values() {
+        // Newcombe (1998), table I: 81/263 -> 0.2553 to 0.3662.
+        let (lo, hi) = wilson(81, 263);
+        assert!(
+            (lo - 0.2553).abs() < 5e-4 && (hi - 0.3662).abs() < 5e-4,
+            "{lo} {hi}"
+        );
+        // 0/10 -> 0 to 0.2775; 10/10 -> 0.7225 to 1.
+        let (lo, hi) = wilson(0, 10);
+        assert!(lo == 0.0 && (hi - 0.2775).abs() < 5e-4, "{hi}");
+        let (lo, hi) = wilson(10, 10);
+        assert!((lo - 0.7225).abs() < 5e-4 && hi == 1.0, "{lo}");
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+    }
+
+    #[test]
+    fn newcombe_difference_matches_the_published_example() {
+        // Newcombe (1998), table II example (a): 56/70 - 48/80 -> 0.0524 to 0.3339.
+        let (lo, hi) = difference_interval(56, 70, 48, 80);
+        assert!(
+            (lo - 0.0524).abs() < 5e-4 && (hi - 0.3339).abs() < 5e-4,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = difference_interval(5, 10, 5, 10);
+        assert!(lo < 0.0 && hi > 0.0);
+    }
 
     #[test]
     fn percentiles_interpolate_like_numpy() {

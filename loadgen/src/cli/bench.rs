@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use super::{runtime, Target};
+use super::{check_query_level, runtime, Target};
 use crate::bench::{output, run, RunSettings};
 use crate::dataset;
 
@@ -95,6 +95,10 @@ pub fn run_cli(args: BenchArgs) -> Result<()> {
         );
     } else {
         println!("{}", serde_json::to_string_pretty(&summaries)?);
+    }
+    for s in &summaries {
+        check_query_level(&args.target, s.large_model_share)
+            .with_context(|| format!("at N={}", s.concurrency))?;
     }
     Ok(())
 }

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use super::{runtime, Target};
+use super::{check_query_level, runtime, Target};
 use crate::bench::RunSettings;
 use crate::dataset;
-use crate::eval::run::{evaluate, DEFAULT_TEMPLATE};
+use crate::eval::run::evaluate;
 
 /// Arguments of `eval`.
 #[derive(Debug, Args)]
@@ -27,9 +27,11 @@ pub struct EvalArgs {
     /// Problems asked at once.
     #[arg(long, default_value_t = 1)]
     concurrency: usize,
-    /// Prompt around each problem; `{problem}` is replaced.
-    #[arg(long, default_value = DEFAULT_TEMPLATE)]
-    template: String,
+    /// Prompt around each problem; `{problem}` is replaced. Default: ask
+    /// for a `\boxed{}` answer step by step for math problems, the question
+    /// as written for short-answer items (those with a `kind`).
+    #[arg(long)]
+    template: Option<String>,
     /// Method name in reports.
     #[arg(long, default_value = "method")]
     label: String,
@@ -43,7 +45,11 @@ pub fn run_cli(args: EvalArgs) -> Result<()> {
     if args.concurrency == 0 || args.max_tokens == 0 {
         bail!("--concurrency and --max-tokens must be positive");
     }
-    if !args.template.contains("{problem}") {
+    if args
+        .template
+        .as_ref()
+        .is_some_and(|t| !t.contains("{problem}"))
+    {
         bail!("--template must contain {{problem}}");
     }
     let mut problems = dataset::load(&args.dataset)?;
@@ -63,7 +69,7 @@ pub fn run_cli(args: EvalArgs) -> Result<()> {
         &args.label,
         &settings,
         &problems,
-        &args.template,
+        args.template.as_deref(),
         args.target.large_model.as_deref(),
     ))?;
     let share = report
@@ -87,5 +93,5 @@ pub fn run_cli(args: EvalArgs) -> Result<()> {
             report.items[0].error.as_deref().unwrap_or("unknown")
         );
     }
-    Ok(())
+    check_query_level(&args.target, report.large_share)
 }

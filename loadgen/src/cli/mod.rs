@@ -40,6 +40,11 @@ pub struct Target {
     /// Hide the progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// This run is a query-level baseline: fail (after writing the output)
+    /// when its large-model share is 0 or 1, since then it routed nothing
+    /// and is single-model serving (needs --large-model).
+    #[arg(long, requires = "large_model")]
+    pub query_level: bool,
 }
 
 impl Target {
@@ -54,6 +59,15 @@ impl Target {
             api_key: self.api_key.clone(),
         }
     }
+}
+
+/// With `--query-level`: the refusal of a share of 0 or 1.
+fn check_query_level(target: &Target, share: Option<f64>) -> anyhow::Result<()> {
+    if target.query_level {
+        crate::frontier::check_query_level_share(share)
+            .map_err(|e| anyhow::anyhow!("--query-level: {e}"))?;
+    }
+    Ok(())
 }
 
 /// A fresh tokio runtime for a client command.

@@ -6,10 +6,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
-use crate::compare::{add_eval, add_quality, add_runs, point, Run};
+use crate::accuracy::{self, add_eval, Family};
+use crate::compare::{add_quality, add_runs, point, Run};
 use crate::eval::run::EvalReport;
 use crate::frontier;
 use crate::page::Page;
+use crate::stats::difference_interval;
+use crate::verdict::{Goal, Verdict};
 
 /// Arguments of `report`.
 #[derive(Debug, Args)]
@@ -42,6 +45,29 @@ pub struct ReportArgs {
     /// With --agreement-reference: the query-level method's label.
     #[arg(long, requires = "agreement_reference")]
     query_level: Option<String>,
+    /// An eval label on the token-level curve (repeatable; include the
+    /// single-model ends). With --eval-query-level the page says, computed,
+    /// whether this curve sits above each query-level result at its share.
+    #[arg(long = "eval-token-level")]
+    eval_token_level: Vec<String>,
+    /// An eval label of a query-level method (repeatable).
+    #[arg(long = "eval-query-level", requires = "eval_token_level")]
+    eval_query_level: Vec<String>,
+    /// An eval label of random token-level routing (repeatable; charted).
+    #[arg(long = "eval-random")]
+    eval_random: Vec<String>,
+    /// Eval labels of the small-only and large-only runs, SMALL,LARGE: the
+    /// page checks that large-only beats small-only beyond their intervals.
+    #[arg(long = "eval-ends", value_delimiter = ',', num_args = 2)]
+    eval_ends: Vec<String>,
+    /// Legend names of the token-level, query-level and random curves.
+    #[arg(
+        long = "eval-curve-names",
+        value_delimiter = ',',
+        num_args = 3,
+        default_values_t = ["token-level".to_string(), "query-level".to_string(), "random token-level".to_string()]
+    )]
+    eval_curve_names: Vec<String>,
     /// When the measurement began (UTC), if before this command; the page's date.
     #[arg(long, requires = "load_start")]
     started: Option<String>,
@@ -54,6 +80,38 @@ pub struct ReportArgs {
     /// A paragraph placed after the tables (repeatable).
     #[arg(long = "finding")]
     findings: Vec<String>,
+    /// A target checked on the page: `NAME|>=|TARGET|V1,V2,...` (or `<=`),
+    /// one value per seed or repeat (repeatable). The page says met / not
+    /// met with the mean, its spread and the ratio to the target.
+    #[arg(long = "verdict")]
+    verdicts: Vec<String>,
+}
+
+/// Parses `NAME|>=|TARGET|V1,V2,...`.
+fn parse_verdict(spec: &str) -> Result<Verdict> {
+    let parts: Vec<&str> = spec.split('|').collect();
+    let [name, goal, target, values] = parts.as_slice() else {
+        bail!("--verdict expects NAME|>=|TARGET|V1,V2,... (or <=), got `{spec}`");
+    };
+    let goal = match goal.trim() {
+        ">=" => Goal::AtLeast,
+        "<=" => Goal::AtMost,
+        g => bail!("--verdict `{spec}`: the comparison must be >= or <=, not `{g}`"),
+    };
+    let target: f64 = target
+        .trim()
+        .parse()
+        .with_context(|| format!("--verdict `{spec}`: target `{target}` is not a number"))?;
+    let values = values
+        .split(',')
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| {
+            v.trim()
+                .parse::<f64>()
+                .with_context(|| format!("--verdict `{spec}`: value `{v}` is not a number"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Verdict::new(name.trim(), target, goal, values))
 }
 
 /// Splits `LABEL=PATH` at the first `=` that is not escaped: a label may
@@ -90,6 +148,11 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
         .context("--out needs a file name")?
         .to_string();
     let assets = args.out.parent().unwrap_or(Path::new(".")).join(&stem);
+    let verdicts: Vec<Verdict> = args
+        .verdicts
+        .iter()
+        .map(|v| parse_verdict(v))
+        .collect::<Result<_>>()?;
     let mut page = Page::begin(&args.title, &args.command);
     if let Some(date) = &args.started {
         page.started_at(date, args.load_start);
@@ -138,7 +201,9 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
                 .iter()
                 .map(|l| point_of(l))
                 .collect::<Result<Vec<_>>>()?;
-            page.para(&frontier::compare(&token, &query));
+            page.para(&frontier::compare(&token, &query).with_context(|| {
+                format!("comparing token-level routing with query-level `{q}`")
+            })?);
         }
     }
     if !args.evals.is_empty() {
@@ -164,13 +229,92 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
             .collect::<Result<_>>()?;
         page.section("Accuracy");
         add_eval(&mut page, &reports);
+        add_eval_verdicts(&mut page, &args, &reports, &assets, &stem)?;
     }
     for f in &args.findings {
         page.para(f);
     }
+    if !verdicts.is_empty() {
+        page.section("Verdicts");
+        let lines: Vec<String> = verdicts
+            .iter()
+            .map(|v| format!("- {}", v.sentence()))
+            .collect();
+        page.para(&lines.join("\n"));
+    }
     page.write(&args.out)
         .with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("wrote {}", args.out.display());
+    Ok(())
+}
+
+/// The eval result labelled `label`.
+fn find<'a>(reports: &'a [EvalReport], label: &str) -> Result<&'a EvalReport> {
+    reports
+        .iter()
+        .find(|r| r.label == label)
+        .with_context(|| format!("`{label}` is not an --eval label"))
+}
+
+/// The Pareto chart, the large-over-small check and the token-level
+/// against query-level verdict of the eval results.
+fn add_eval_verdicts(
+    page: &mut Page,
+    args: &ReportArgs,
+    reports: &[EvalReport],
+    assets: &Path,
+    stem: &str,
+) -> Result<()> {
+    if let [small, large] = args.eval_ends.as_slice() {
+        let (s, l) = (find(reports, small)?, find(reports, large)?);
+        let (lo, hi) = difference_interval(l.correct, l.total, s.correct, s.total);
+        let d = l.correct as f64 / l.total.max(1) as f64 - s.correct as f64 / s.total.max(1) as f64;
+        page.para(&format!(
+            "Does the set separate the two models? `{large}` minus `{small}`: {:+.1} points              (95% CI {:+.1} to {:+.1}, Newcombe): **{}**.",
+            100.0 * d,
+            100.0 * lo,
+            100.0 * hi,
+            if lo > 0.0 {
+                "yes, the interval excludes 0"
+            } else {
+                "no, the interval reaches 0, so accuracy here cannot rank routers"
+            }
+        ));
+    }
+    let family = |label: &str| {
+        if args.eval_token_level.iter().any(|l| l == label) {
+            Family::TokenLevel
+        } else if args.eval_query_level.iter().any(|l| l == label) {
+            Family::QueryLevel
+        } else if args.eval_random.iter().any(|l| l == label) {
+            Family::Random
+        } else {
+            Family::Other
+        }
+    };
+    let tagged: Vec<(Family, &EvalReport)> =
+        reports.iter().map(|r| (family(&r.label), r)).collect();
+    if tagged.iter().any(|(_, r)| r.large_share.is_some()) {
+        let names: Vec<&str> = args.eval_curve_names.iter().map(String::as_str).collect();
+        let file = accuracy::pareto(assets, &tagged, [names[0], names[1], names[2]])?;
+        page.image("accuracy against large share", &format!("{stem}/{file}"));
+    }
+    if !args.eval_query_level.is_empty() {
+        let token = args
+            .eval_token_level
+            .iter()
+            .map(|l| find(reports, l))
+            .collect::<Result<Vec<_>>>()?;
+        let queries = args
+            .eval_query_level
+            .iter()
+            .map(|l| find(reports, l))
+            .collect::<Result<Vec<_>>>()?;
+        page.para(
+            &accuracy::verdicts(&token, &queries)
+                .context("comparing token-level with query-level accuracy")?,
+        );
+    }
     Ok(())
 }
 
@@ -192,6 +336,22 @@ mod tests {
         assert_eq!(p, PathBuf::from("raw/a=b"));
         for bad in ["no-separator", "=path", "label=", "a\\=b"] {
             assert!(split(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn verdict_specs_parse_and_bad_ones_say_why() {
+        let v = parse_verdict("share miss|<=|0.05|0.01, 0.03").unwrap();
+        assert_eq!(v.values, vec![0.01, 0.03]);
+        assert_eq!(v.met(), Some(true));
+        for (bad, why) in [
+            ("a|>=|1", "expects NAME"),
+            ("a|==|1|2", "must be >= or <="),
+            ("a|>=|x|2", "target `x`"),
+            ("a|>=|1|2,y", "value `y`"),
+        ] {
+            let e = parse_verdict(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 }

@@ -33,11 +33,11 @@ pub fn last_boxed(text: &str) -> Option<String> {
     }
 }
 
-/// The last number in `text`: an optional sign, digits with optional
-/// thousands commas, an optional decimal part, or a fraction `a/b`.
-pub fn last_number(text: &str) -> Option<String> {
+/// Every number in `text`, in order: an optional sign, digits with
+/// optional thousands commas, an optional decimal part, or a fraction `a/b`.
+pub fn numbers(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    let mut found = None;
+    let mut found = Vec::new();
     let mut i = 0;
     while i < chars.len() {
         let starts_num = chars[i].is_ascii_digit()
@@ -59,9 +59,14 @@ pub fn last_number(text: &str) -> Option<String> {
                 break;
             }
         }
-        found = Some(chars[s..i].iter().collect::<String>());
+        found.push(chars[s..i].iter().collect::<String>());
     }
     found
+}
+
+/// The last number in `text` (see [`numbers`]).
+pub fn last_number(text: &str) -> Option<String> {
+    numbers(text).pop()
 }
 
 /// The answer a model gave: its last `\boxed{}`, else the text after a

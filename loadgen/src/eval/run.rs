@@ -5,13 +5,38 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::{equivalent, extract_answer, extract_reference};
+use super::{equivalent, extract_answer, extract_reference, short};
 use crate::bench::{self, RunSettings};
 use crate::dataset::Prompt;
 
-/// The instruction put before each problem (`{problem}` is replaced).
+/// The instruction put before each math problem (`{problem}` is replaced).
 pub const DEFAULT_TEMPLATE: &str =
     "Solve the problem step by step, then give the final answer as \\boxed{ANSWER}.\n\nProblem: {problem}";
+/// The prompt of a short-answer item: the question as written (it carries
+/// its own instruction, "Answer with a number.").
+pub const SHORT_TEMPLATE: &str = "{problem}";
+
+/// The template of one item: `template` when given, else the default of
+/// its kind.
+fn template_for<'a>(template: Option<&'a str>, p: &Prompt) -> &'a str {
+    template.unwrap_or(if p.kind.is_some() {
+        SHORT_TEMPLATE
+    } else {
+        DEFAULT_TEMPLATE
+    })
+}
+
+/// Grades one output: the answer found and whether it is right.
+fn grade(p: &Prompt, output: &str, expected: &str) -> (Option<String>, bool) {
+    match p.kind {
+        Some(kind) => short::grade(kind, output, &p.text, expected, &p.aliases),
+        None => {
+            let given = extract_answer(output);
+            let ok = given.as_deref().is_some_and(|g| equivalent(g, expected));
+            (given, ok)
+        }
+    }
+}
 
 /// One graded problem.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -49,6 +74,12 @@ pub struct EvalReport {
     pub output_tokens: usize,
     /// Concurrency the problems were asked with.
     pub concurrency: usize,
+    /// Output tokens per second over the set.
+    #[serde(default)]
+    pub output_tok_s: Option<f64>,
+    /// Changes of writer per 100 output tokens, when reported.
+    #[serde(default)]
+    pub switches_per_100_tokens: Option<f64>,
     /// Every problem.
     pub items: Vec<Graded>,
 }
@@ -62,12 +93,14 @@ pub enum EvalError {
 }
 
 /// Asks each problem once (greedy unless the settings say otherwise) and
-/// grades it. `settings.num_prompts` is set to the number of problems.
+/// grades it. `settings.num_prompts` is set to the number of problems;
+/// `template: None` picks each item's default ([`DEFAULT_TEMPLATE`] for
+/// math, [`SHORT_TEMPLATE`] for short answers).
 pub async fn evaluate(
     label: &str,
     settings: &RunSettings,
     problems: &[Prompt],
-    template: &str,
+    template: Option<&str>,
     large_model: Option<&str>,
 ) -> Result<EvalReport, EvalError> {
     let expected: Vec<String> = problems
@@ -83,7 +116,7 @@ pub async fn evaluate(
     let prompts: Vec<Prompt> = problems
         .iter()
         .map(|p| Prompt {
-            text: template.replace("{problem}", &p.text),
+            text: template_for(template, p).replace("{problem}", &p.text),
             ..p.clone()
         })
         .collect();
@@ -98,12 +131,16 @@ pub async fn evaluate(
         .iter()
         .map(|r| {
             let o = &r.outcome;
-            let given = o.ok().then(|| extract_answer(&o.text)).flatten();
             let exp = &expected[r.index];
+            let (given, correct) = if o.ok() {
+                grade(&problems[r.index], &o.text, exp)
+            } else {
+                (None, false)
+            };
             Graded {
                 index: r.index,
                 expected: exp.clone(),
-                correct: given.as_deref().is_some_and(|g| equivalent(g, exp)),
+                correct,
                 given,
                 tokens: o.completion_tokens,
                 large_tokens: large_model.and_then(|m| {
@@ -122,6 +159,8 @@ pub async fn evaluate(
         wall_s,
         output_tokens: summary.output_tokens,
         concurrency: settings.concurrency,
+        output_tok_s: Some(summary.output_tok_s),
+        switches_per_100_tokens: summary.switches_per_100_tokens,
         items,
     })
 }
