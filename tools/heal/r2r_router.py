@@ -197,15 +197,15 @@ def main():
             opt.step()
             sched.step()
             total += loss.item() * len(i)
-        p = predict(router, calib)
-        print(f"epoch {epoch + 1}: train loss {total / n:.4f}, calibration AUC {auc(p, calib[3]):.4f}",
-              flush=True)
+        score = auc(predict(router, calib), calib[3])
+        print(f"epoch {epoch + 1}: train loss {total / n:.4f}, calibration AUC "
+              f"{'n/a (one class)' if score is None else round(score, 4)}", flush=True)
     train_s = time.time() - t1
 
     calib_p, test_p = predict(router, calib), predict(router, test)
     # The bar that flags target_share of the calibration positions.
     threshold = torch.quantile(calib_p, 1 - a.target_share).item()
-    sweep = [at_threshold(test_p, test[3], torch.quantile(calib_p, 1 - s).item())
+    sweep = [{"calibrated_share": s, **at_threshold(test_p, test[3], torch.quantile(calib_p, 1 - s).item())}
              for s in (0.1, 0.2, 0.3, 0.4, 0.5)]
     report = {"model_type": MODEL_TYPE, "small_model": os.path.basename(os.path.normpath(a.small)),
               "train_prompts": len(train_items), "train_positions": n,
@@ -214,7 +214,7 @@ def main():
               "test_prompts": len(test_items), "test_positions": len(test[0]),
               "test_divergence_rate": round(test[3].mean().item(), 4),
               "target_share": a.target_share, "held_out": at_threshold(test_p, test[3], threshold),
-              "held_out_auc": round(auc(test_p, test[3]), 4),
+              "held_out_auc": auc(test_p, test[3]),
               "held_out_sweep": sweep, "topk": a.topk, "hidden_dims": dims,
               "expansion_factor": a.expansion, "epochs": a.epochs, "lr": a.lr, "batch": a.batch,
               "parameters": sum(p.numel() for p in params),
