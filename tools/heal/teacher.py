@@ -40,7 +40,7 @@ def parse():
     p.add_argument("bin", help="the tokenrouter binary")
     p.add_argument("full", help="the full model's directory")
     p.add_argument("out", help="where the answers go (.pt)")
-    p.add_argument("--prompts", type=int, default=160, help="training prompts")
+    p.add_argument("--prompts", type=int, default=256, help="training prompts")
     p.add_argument("--holdout", type=int, default=48, help="held-out prompts (never trained on)")
     p.add_argument("--max-new", type=int, default=64, help="answer tokens per prompt")
     p.add_argument("--topk", type=int, default=32)
