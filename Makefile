@@ -109,20 +109,20 @@ $(SMOLLM2_MID)/config.json: $(SMOLLM2)/config.json
 # data/eval), from our own engine in one batched, bf16 `tokenrouter generate`
 # run, with its top-32 next-token distribution from one teacher-forced
 # forward (tools/heal/teacher.py). Cached: reruns only when its inputs change.
-$(TEACHER): $(SMOLLM2)/config.json $(CACHE)/.torch-ref.stamp tools/heal/teacher.py tools/heal/prompts.py $(EVAL_SETS) | build
+$(TEACHER): $(SMOLLM2)/config.json $(CACHE)/.torch-ref.stamp tools/heal/teacher.py tools/heal/prompts.py tools/heal/batching.py $(EVAL_SETS) | build
 	$(PY) tools/heal/teacher.py $(BIN) $(SMOLLM2) $@ $(TEACHER_ARGS) $(foreach f,$(EVAL_SETS),--exclude $(f))
 
 # The default pair's small model: the 12-layer exit healed by a short
 # distillation from the full model's answers (transformers on the CPU, a few
 # minutes; see tools/heal/heal.py). Cached like the answers.
-$(SMOLLM2_HEALED)/config.json: $(SMOLLM2_SMALL)/config.json $(TEACHER) tools/heal/heal.py
+$(SMOLLM2_HEALED)/config.json: $(SMOLLM2_SMALL)/config.json $(TEACHER) tools/heal/heal.py tools/heal/batching.py
 	rm -rf $(SMOLLM2_HEALED).tmp
 	$(PY) tools/heal/heal.py $(TEACHER) $(SMOLLM2_SMALL) $(SMOLLM2_HEALED).tmp $(HEAL_ARGS)
 	rm -rf $(SMOLLM2_HEALED) && mv $(SMOLLM2_HEALED).tmp $(SMOLLM2_HEALED)
 
 # The healed exit's R2R divergence router, trained on the same answers
 # (tools/heal/r2r_router.py; config/smollm2-r2r.yaml serves the pair with it).
-$(SMOLLM2_R2R)/router.pt: $(SMOLLM2_HEALED)/config.json $(TEACHER) tools/heal/r2r_router.py
+$(SMOLLM2_R2R)/router.pt: $(SMOLLM2_HEALED)/config.json $(TEACHER) tools/heal/r2r_router.py tools/heal/batching.py
 	rm -rf $(SMOLLM2_R2R).tmp
 	$(PY) tools/heal/r2r_router.py $(TEACHER) $(SMOLLM2_HEALED) $(SMOLLM2_R2R).tmp $(ROUTER_ARGS)
 	rm -rf $(SMOLLM2_R2R) && mv $(SMOLLM2_R2R).tmp $(SMOLLM2_R2R)

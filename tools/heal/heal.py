@@ -30,6 +30,8 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM
 
+from batching import pad_right
+
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -47,12 +49,7 @@ def parse():
 def batch_loss(model, items, with_entropy=False):
     """Cross-entropy of the student against the teacher's renormalised top-k,
     plus the student's top-1 agreement with the teacher, over answer tokens."""
-    width = max(len(x["ids"]) for x in items)
-    inp = torch.zeros(len(items), width, dtype=torch.long)
-    mask = torch.zeros(len(items), width, dtype=torch.long)
-    for r, x in enumerate(items):
-        inp[r, :len(x["ids"])] = torch.tensor(x["ids"])
-        mask[r, :len(x["ids"])] = 1
+    inp, mask = pad_right(items)
     hidden = model.model(input_ids=inp, attention_mask=mask).last_hidden_state
     # The logits at position t predict token t+1: answer token j sits at
     # answer_from + j and is predicted from answer_from + j - 1.

@@ -28,6 +28,8 @@ import torch
 from torch import nn
 from transformers import AutoModelForCausalLM
 
+from batching import pad_right
+
 MODEL_TYPE = "HiddenStatesTokenLMHeadLogitsClassifier"
 
 
@@ -110,12 +112,7 @@ def features(model, items, topk, batch=16):
     hs, tops, toks, labels = [], [], [], []
     for s in range(0, len(items), batch):
         chunk = items[s:s + batch]
-        width = max(len(x["ids"]) for x in chunk)
-        inp = torch.zeros(len(chunk), width, dtype=torch.long)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long)
-        for r, x in enumerate(chunk):
-            inp[r, :len(x["ids"])] = torch.tensor(x["ids"])
-            mask[r, :len(x["ids"])] = 1
+        inp, mask = pad_right(chunk)
         hidden = model.model(input_ids=inp, attention_mask=mask).last_hidden_state
         for r, x in enumerate(chunk):
             h = hidden[r, x["answer_from"] - 1:x["answer_from"] - 1 + x["n"]]

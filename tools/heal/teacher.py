@@ -30,6 +30,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import prompts as prompt_set
+from batching import pad_right
 
 # Prompts per greedy / sampled group (the old transformers batches).
 GROUP = 64
@@ -97,12 +98,7 @@ def teacher_topk(model, items, topk, batch):
     order = sorted(range(len(items)), key=lambda i: -len(items[i]["ids"]))
     for s in range(0, len(order), batch):
         chunk = [items[i] for i in order[s:s + batch]]
-        width = max(len(x["ids"]) for x in chunk)
-        inp = torch.zeros(len(chunk), width, dtype=torch.long)
-        mask = torch.zeros(len(chunk), width, dtype=torch.long)
-        for r, x in enumerate(chunk):
-            inp[r, :len(x["ids"])] = torch.tensor(x["ids"])
-            mask[r, :len(x["ids"])] = 1
+        inp, mask = pad_right(chunk)
         hidden = model.model(input_ids=inp, attention_mask=mask).last_hidden_state
         for r, x in enumerate(chunk):
             # The logits at position t predict token t + 1.
