@@ -32,9 +32,14 @@ SMOLLM2      := $(MODELS)/smollm2-135m
 SMOLLM2_SMALL:= $(MODELS)/smollm2-135m-l12
 SMOLLM2_MID  := $(MODELS)/smollm2-135m-l20
 SMOLLM2_HEALED := $(MODELS)/smollm2-135m-l12-healed
+# The full model's answers the heal and the router learn from, and the router.
+TEACHER      := $(CACHE)/teacher/smollm2-135m.pt
+SMOLLM2_R2R  := $(CACHE)/routers/smollm2-135m-l12-healed-r2r
+# Every evaluation set: the training prompts must not contain their questions.
+EVAL_SETS    := $(wildcard $(ROOT)/data/eval/*.jsonl)
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
+.PHONY: build run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
@@ -100,19 +105,36 @@ $(SMOLLM2_SMALL)/config.json: $(SMOLLM2)/config.json
 $(SMOLLM2_MID)/config.json: $(SMOLLM2)/config.json
 	$(BIN) derive-early-exit $(SMOLLM2) $(SMOLLM2_MID) --layers 20
 
+# The full model's answers to the project's training prompts (none from
+# data/eval), from our own engine in one batched, bf16 `tokenrouter generate`
+# run, with its top-32 next-token distribution from one teacher-forced
+# forward (tools/heal/teacher.py). Cached: reruns only when its inputs change.
+$(TEACHER): $(SMOLLM2)/config.json $(CACHE)/.torch-ref.stamp tools/heal/teacher.py tools/heal/prompts.py tools/heal/batching.py $(EVAL_SETS) | build
+	$(PY) tools/heal/teacher.py $(BIN) $(SMOLLM2) $@ $(TEACHER_ARGS) $(foreach f,$(EVAL_SETS),--exclude $(f))
+
 # The default pair's small model: the 12-layer exit healed by a short
-# distillation from the full model (transformers on the CPU, a few minutes;
-# see tools/heal/heal.py). Cached: reruns only when its inputs change.
-$(SMOLLM2_HEALED)/config.json: $(SMOLLM2_SMALL)/config.json $(CACHE)/.torch-ref.stamp tools/heal/heal.py tools/heal/prompts.py
+# distillation from the full model's answers (transformers on the CPU, a few
+# minutes; see tools/heal/heal.py). Cached like the answers.
+$(SMOLLM2_HEALED)/config.json: $(SMOLLM2_SMALL)/config.json $(TEACHER) tools/heal/heal.py tools/heal/batching.py
 	rm -rf $(SMOLLM2_HEALED).tmp
-	$(PY) tools/heal/heal.py $(SMOLLM2) $(SMOLLM2_SMALL) $(SMOLLM2_HEALED).tmp $(HEAL_ARGS) \
-	  --exclude $(ROOT)/data/eval/math30.jsonl
+	$(PY) tools/heal/heal.py $(TEACHER) $(SMOLLM2_SMALL) $(SMOLLM2_HEALED).tmp $(HEAL_ARGS)
 	rm -rf $(SMOLLM2_HEALED) && mv $(SMOLLM2_HEALED).tmp $(SMOLLM2_HEALED)
+
+# The healed exit's R2R divergence router, trained on the same answers
+# (tools/heal/r2r_router.py; config/smollm2-r2r.yaml serves the pair with it).
+$(SMOLLM2_R2R)/router.pt: $(SMOLLM2_HEALED)/config.json $(TEACHER) tools/heal/r2r_router.py tools/heal/batching.py
+	rm -rf $(SMOLLM2_R2R).tmp
+	$(PY) tools/heal/r2r_router.py $(TEACHER) $(SMOLLM2_HEALED) $(SMOLLM2_R2R).tmp $(ROUTER_ARGS)
+	rm -rf $(SMOLLM2_R2R) && mv $(SMOLLM2_R2R).tmp $(SMOLLM2_R2R)
 
 $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 	$(BIN) gen-random --preset tiny $(QWEN3_TINY) --seed 7 --tokenizer-dir $(ASSETS)/qwen3-tokenizer
 
-assets: build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_MID)/config.json $(SMOLLM2_HEALED)/config.json $(QWEN3_TINY)/config.json
+# What `make run` serves (the default pair and its router), built before
+# anything only tests and benchmarks use.
+run-assets: build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(SMOLLM2_R2R)/router.pt
+
+assets: run-assets $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
 
 clean-models:
 	rm -rf $(MODELS)
@@ -120,7 +142,7 @@ clean-models:
 # --- Run, test, bench ----------------------------------------------------------
 
 # The gateway and both SmolLM2 subservers in one process, on 127.0.0.1:30000.
-run: assets
+run: run-assets
 	$(BIN) serve
 
 # Crates whose module graph must stay free of cycles (`make lint`).

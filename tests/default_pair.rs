@@ -9,9 +9,12 @@ mod common;
 
 use subserver::config::EngineConfig;
 use subserver::service::Service;
-use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
 
 const HEALED: &str = "smollm2-135m-l12-healed";
+
+/// What the heal must reach on held-out answers (issue 22): below it the
+/// exit is wrong too often for any router to keep the large share low.
+const MIN_AGREEMENT: f64 = 0.38;
 
 /// Questions in the style users ask, none from the benchmark set.
 const QUESTIONS: [&str; 4] = [
@@ -20,25 +23,6 @@ const QUESTIONS: [&str; 4] = [
     "Explain what a noun is in one sentence.",
     "A bag has 12 red and 9 blue marbles. How many marbles are in the bag?",
 ];
-
-fn chat_prompts() -> Vec<Vec<u32>> {
-    let dir = common::model_dir(HEALED);
-    let template = ChatTemplate::from_dir(&dir).unwrap();
-    let tokenizer = TextTokenizer::from_dir(&dir).unwrap();
-    QUESTIONS
-        .iter()
-        .map(|q| {
-            let text = template
-                .render(
-                    &[ChatMessage::new("user", *q)],
-                    true,
-                    &serde_json::Map::new(),
-                )
-                .unwrap();
-            tokenizer.encode(&text, false).unwrap()
-        })
-        .collect()
-}
 
 #[test]
 fn the_default_pair_is_the_healed_exit_and_the_full_model() {
@@ -67,6 +51,11 @@ fn healing_raised_the_exits_agreement_with_the_full_model() {
         after > before + 0.1,
         "healing did not help: top-1 agreement {before:.3} -> {after:.3}"
     );
+    assert!(
+        after >= MIN_AGREEMENT,
+        "the healed exit agrees with the full model on {after:.3} of held-out tokens, \
+         below {MIN_AGREEMENT}"
+    );
 }
 
 #[test]
@@ -74,7 +63,11 @@ fn the_default_group_routes_between_both_models() {
     common::model_dir(HEALED);
     let cfg = EngineConfig::embedded_default().unwrap();
     let service = Service::start(&cfg, None).unwrap();
-    let runs = common::greedy_routed(service.group(), chat_prompts(), 48);
+    let runs = common::greedy_routed(
+        service.group(),
+        common::chat_prompts(HEALED, &QUESTIONS),
+        48,
+    );
     let mut by_model = [0usize; 2];
     for (toks, writers, usage) in &runs {
         common::check_accounting(toks, writers, usage);

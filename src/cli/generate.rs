@@ -1,5 +1,7 @@
 //! `tokenrouter generate`: one completion from one model, streamed to stdout,
 //! with timing on stderr. The smallest end-to-end check of the runtime.
+//! With `--prompts-file`, every prompt of a JSONL file goes to one engine so
+//! they decode as one batch (see [`super::generate_batch`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -20,8 +22,25 @@ pub struct GenerateArgs {
     #[arg(long)]
     model: PathBuf,
     /// The prompt (raw text, or the user turn with --chat).
-    #[arg(long)]
-    prompt: String,
+    #[arg(
+        long,
+        required_unless_present = "prompts_file",
+        conflicts_with = "prompts_file"
+    )]
+    prompt: Option<String>,
+    /// A JSONL file of prompts, all submitted to one engine so they batch:
+    /// one object a line with `prompt` (text, templated with --chat) or
+    /// `prompt_ids` (token ids, used as they are), and optionally `seed`,
+    /// `temperature` and `max_tokens` overriding the flags for that line.
+    #[arg(long, requires = "out")]
+    prompts_file: Option<PathBuf>,
+    /// With --prompts-file: where the answers go (JSONL, input order:
+    /// `index`, `prompt_ids`, `ids`, `finish`, `text`).
+    #[arg(long, requires = "prompts_file")]
+    out: Option<PathBuf>,
+    /// Most requests decoded in one forward.
+    #[arg(long, default_value_t = EngineLimits::default().max_batch_size)]
+    max_batch_size: usize,
     /// Wrap the prompt in the model's chat template as a user turn.
     #[arg(long)]
     chat: bool,
@@ -75,65 +94,117 @@ pub struct GenerateArgs {
 
 /// Runs `generate`.
 pub fn run(args: GenerateArgs) -> Result<()> {
-    // Everything that needs no model is checked before anything loads.
-    anyhow::ensure!(
-        args.model.is_dir(),
-        "--model {}: {}",
-        args.model.display(),
-        if args.model.exists() {
-            "not a directory (give the Hugging Face model directory)"
-        } else {
-            "no such directory"
-        }
-    );
-    let device = args.device.parse::<DeviceSpec>()?;
-    let dtype = args.dtype.parse::<DTypeSetting>()?.resolve(device);
-    anyhow::ensure!(
-        args.kv_cache_fraction > 0.0 && args.kv_cache_fraction <= 1.0,
-        "--kv-cache-fraction {} must be in (0, 1]",
-        args.kv_cache_fraction
-    );
-    let params = SamplingParams {
-        temperature: args.temperature,
-        top_p: args.top_p,
-        top_k: args.top_k,
-        min_p: args.min_p,
-        seed: args.seed,
-        max_tokens: args.max_tokens,
-        stop: args.stop.clone(),
-        ..SamplingParams::default()
-    };
-    params.validate()?;
-    if let Some(t) = args.threads {
-        anyhow::ensure!(t > 0, "--threads {t} must be at least 1");
-        subserver::device::set_cpu_threads(t);
+    let setup = Setup::check(&args)?;
+    match (&args.prompt, &args.prompts_file, &args.out) {
+        (_, Some(file), Some(out)) => super::generate_batch::run(&args, setup, file, out),
+        (Some(prompt), _, _) => run_one(&args, setup, prompt),
+        _ => anyhow::bail!("give --prompt, or --prompts-file with --out"),
     }
-    let tokenizer = TextTokenizer::from_dir(&args.model)?;
-    let prompt_text = if args.chat {
-        let template = ChatTemplate::from_dir(&args.model)?;
+}
+
+/// What every form of `generate` checks before a model loads, and the
+/// tokenizer and chat template it reads prompts with.
+pub(super) struct Setup {
+    /// Sampling from the flags (a prompts file may override some per line).
+    pub params: SamplingParams,
+    /// The model's tokenizer.
+    pub tokenizer: TextTokenizer,
+    template: Option<ChatTemplate>,
+}
+
+impl Setup {
+    fn check(args: &GenerateArgs) -> Result<Self> {
+        // Everything that needs no model is checked before anything loads.
+        anyhow::ensure!(
+            args.model.is_dir(),
+            "--model {}: {}",
+            args.model.display(),
+            if args.model.exists() {
+                "not a directory (give the Hugging Face model directory)"
+            } else {
+                "no such directory"
+            }
+        );
+        args.device.parse::<DeviceSpec>()?;
+        args.dtype.parse::<DTypeSetting>()?;
+        anyhow::ensure!(
+            args.kv_cache_fraction > 0.0 && args.kv_cache_fraction <= 1.0,
+            "--kv-cache-fraction {} must be in (0, 1]",
+            args.kv_cache_fraction
+        );
+        anyhow::ensure!(
+            args.max_batch_size > 0,
+            "--max-batch-size must be at least 1"
+        );
+        let params = SamplingParams {
+            temperature: args.temperature,
+            top_p: args.top_p,
+            top_k: args.top_k,
+            min_p: args.min_p,
+            seed: args.seed,
+            max_tokens: args.max_tokens,
+            stop: args.stop.clone(),
+            ..SamplingParams::default()
+        };
+        params.validate()?;
+        if let Some(t) = args.threads {
+            anyhow::ensure!(t > 0, "--threads {t} must be at least 1");
+            subserver::device::set_cpu_threads(t);
+        }
+        let tokenizer = TextTokenizer::from_dir(&args.model)?;
+        let template = if args.chat {
+            Some(ChatTemplate::from_dir(&args.model)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            params,
+            tokenizer,
+            template,
+        })
+    }
+
+    /// The token ids of one prompt: the user turn under the chat template
+    /// with --chat, raw text otherwise.
+    pub fn encode(&self, args: &GenerateArgs, prompt: &str) -> Result<Vec<u32>> {
+        let Some(template) = &self.template else {
+            return Ok(self.tokenizer.encode(prompt, true)?);
+        };
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
             messages.push(ChatMessage::new("system", system));
         }
-        messages.push(ChatMessage::new("user", &args.prompt));
+        messages.push(ChatMessage::new("user", prompt));
         let mut kwargs = serde_json::Map::new();
         if let Some(thinking) = args.enable_thinking {
             kwargs.insert("enable_thinking".into(), serde_json::Value::Bool(thinking));
         }
-        template.render(&messages, true, &kwargs)?
-    } else {
-        args.prompt.clone()
-    };
-    let prompt = tokenizer.encode(&prompt_text, !args.chat)?;
-    let mut opts = TchRunnerOptions::new(&args.model);
-    opts.device = device.into();
-    opts.dtype = dtype;
-    opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
-    opts.cuda.graphs = args.cuda_graphs;
-    let runner = TchRunner::load(&opts).context("loading the model")?;
-    let mut engine =
-        BatchEngine::new(runner, EngineLimits::default()).with_tokenizer(tokenizer.clone());
-    engine.add(0, prompt.clone(), &params)?;
+        let text = template.render(&messages, true, &kwargs)?;
+        Ok(self.tokenizer.encode(&text, false)?)
+    }
+
+    /// Loads the model and puts it under one batch engine.
+    pub fn engine(&self, args: &GenerateArgs) -> Result<BatchEngine<TchRunner>> {
+        let mut opts = TchRunnerOptions::new(&args.model);
+        let device = args.device.parse::<DeviceSpec>()?;
+        opts.device = device.into();
+        opts.dtype = args.dtype.parse::<DTypeSetting>()?.resolve(device);
+        opts.kv_budget = KvBudget::Fraction(args.kv_cache_fraction);
+        opts.cuda.graphs = args.cuda_graphs;
+        let runner = TchRunner::load(&opts).context("loading the model")?;
+        let limits = EngineLimits {
+            max_batch_size: args.max_batch_size,
+            ..EngineLimits::default()
+        };
+        Ok(BatchEngine::new(runner, limits).with_tokenizer(self.tokenizer.clone()))
+    }
+}
+
+/// One prompt, streamed to stdout.
+fn run_one(args: &GenerateArgs, setup: Setup, prompt: &str) -> Result<()> {
+    let prompt = setup.encode(args, prompt)?;
+    let mut engine = setup.engine(args)?;
+    engine.add(0, prompt.clone(), &setup.params)?;
 
     let mut stdout = std::io::stdout().lock();
     let start = Instant::now();
@@ -161,7 +232,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         eprintln!("{}", serde_json::json!({"prompt_ids": prompt, "ids": ids}));
     }
     eprintln!(
-        "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s ({dtype})",
+        "prompt {} tokens, generated {generated} tokens, finish {:?}; first token {:.3}s, decode {decode_rate:.1} tokens/s",
         prompt.len(),
         done.first().map(|c| c.finish),
         ttft

@@ -170,3 +170,21 @@ pub fn finish(
         }
     }
 }
+
+/// `questions` as user turns under `model`'s chat template, as token ids.
+pub fn chat_prompts(model: &str, questions: &[&str]) -> Vec<Vec<u32>> {
+    use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
+    let dir = model_dir(model);
+    let template = ChatTemplate::from_dir(&dir).unwrap();
+    let tokenizer = TextTokenizer::from_dir(&dir).unwrap();
+    questions
+        .iter()
+        .map(|q| {
+            let messages = [ChatMessage::new("user", *q)];
+            let text = template
+                .render(&messages, true, &serde_json::Map::new())
+                .unwrap();
+            tokenizer.encode(&text, false).unwrap()
+        })
+        .collect()
+}

@@ -1,9 +1,11 @@
 """Training prompts for healing the early exit, written for this project.
 
 Built from templates with seeded fills, so the set is reproducible and holds
-no benchmark problem: `data/eval/math30.jsonl` (what bench-cpu and bench-eval
-measure on) is never read here, and `heal.py` refuses a prompt that equals
-one of its questions.
+no benchmark problem: the evaluation sets under `data/eval/` are never read
+here, and `teacher.py` refuses a prompt that equals one of their questions.
+A third of the prompts ask for a short answer (a number, a word, a letter),
+as users ask quick questions; their words and operands are our own lists
+and ranges, phrased in our own way.
 """
 import random
 
@@ -19,6 +21,30 @@ TOPICS = ["photosynthesis", "the water cycle", "gravity", "a binary search", "co
 TASKS = ["learn a new language", "sleep better", "save money", "start running",
          "write a cover letter", "keep a plant alive", "study for an exam", "cook rice",
          "organize a small party", "reduce screen time", "prepare for a job interview"]
+
+# Words and verbs for the short-answer prompts.
+WORDS = ["planet", "candle", "rabbit", "guitar", "whistle", "pocket", "lemon", "castle",
+         "dragon", "rocket", "jacket", "pillow", "tomato", "wallet", "ladder", "basket",
+         "puzzle", "spider", "marble", "violin", "carpet", "button", "island", "cactus"]
+ADJECTIVES = ["narrow", "noisy", "empty", "rough", "shallow", "cheap", "brave", "dull",
+              "ancient", "wet", "loose", "sharp", "polite", "rare", "gentle", "thick"]
+VERBS = ["jump", "write", "catch", "sing", "build", "throw", "teach", "bring", "climb",
+         "draw", "speak", "choose", "laugh", "sleep", "carry", "forget"]
+UNITS = [("minutes", "hours"), ("seconds", "minutes"), ("days", "weeks"), ("grams", "kilograms"),
+         ("meters", "kilometers"), ("centimeters", "meters"), ("months", "years")]
+
+SHORT = [
+    "Quick one: what is {p} plus {q}? Reply with just the number.",
+    "Compute {p} minus {q}. Reply with just the number.",
+    "What do you get when you multiply {x} by {y}? Reply with just the number.",
+    "How many {unit_small} are there in {y} {unit_big}? Reply with just the number.",
+    "How many letters does the word '{word}' have? Reply with just the number.",
+    "Which letter does the word '{word}' start with? Reply with one letter.",
+    "Which letter does the word '{word}' end with? Reply with one letter.",
+    "Give the plural of '{word}'. Reply with one word.",
+    "Give the past tense of the verb '{verb}'. Reply with one word.",
+    "Give a word that means the opposite of '{adjective}'. Reply with one word.",
+]
 
 MATH = [
     "{a} has {x} {item}. {b} gives {a} {y} more. How many {item} does {a} have now?",
@@ -47,18 +73,24 @@ GENERAL = [
 
 
 def fill(template, rng):
+    unit_small, unit_big = rng.choice(UNITS)
+    p = rng.randint(60, 480)
     return template.format(
         a=rng.choice(NAMES), b=rng.choice(NAMES), item=rng.choice(ITEMS),
         x=rng.randint(2, 19), y=rng.randint(2, 12), z=rng.randint(20, 240),
+        p=p, q=rng.randint(11, p - 1), unit_small=unit_small, unit_big=unit_big,
+        word=rng.choice(WORDS), adjective=rng.choice(ADJECTIVES), verb=rng.choice(VERBS),
         topic=rng.choice(TOPICS), task=rng.choice(TASKS))
 
 
 def prompts(count, seed):
-    """`count` distinct prompts, half word problems and half general requests."""
+    """`count` distinct prompts: word problems, general requests and
+    short-answer questions in turn."""
     rng = random.Random(seed)
     out, seen = [], set()
+    pools = [MATH, GENERAL, SHORT]
     while len(out) < count:
-        pool = MATH if len(out) % 2 == 0 else GENERAL
+        pool = pools[len(out) % len(pools)]
         p = fill(rng.choice(pool), rng)
         if p not in seen:
             seen.add(p)

@@ -185,6 +185,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         &official,
         &names,
         entry,
+        env,
     )?;
     let thresholds =
         policy::build_thresholds(raw.delayed_batching_threshold.as_ref(), &official, &names)?;

@@ -12,6 +12,8 @@
 use serde_yaml::Value;
 
 use super::model::OfficialKeys;
+use super::Env;
+use crate::env_expand::expand_env;
 use crate::error::ConfigError;
 use crate::policy::{ClassRole, PolicyKind, PolicyName, PolicySpec};
 use crate::threshold::{parse_model_list, parse_thresholds, ThresholdTable};
@@ -25,6 +27,7 @@ pub(super) fn build_policy(
     official: &[OfficialKeys],
     names: &[String],
     entry: usize,
+    env: Env,
 ) -> Result<PolicySpec, ConfigError> {
     let mut kwargs = kwargs_map(top_kwargs, "scheduler_kwargs")?;
     let per_model = official.iter().any(|o| o.class.is_some());
@@ -65,10 +68,26 @@ pub(super) fn build_policy(
         }
     }
     translate_official_kwargs(kind, &mut kwargs)?;
+    expand_path_kwargs(&mut kwargs, env)?;
     Ok(PolicySpec {
         name: PolicyName::from(kind),
         kwargs,
     })
+}
+
+/// `${NAME}` / `${NAME:-fallback}` in a path argument (`router_path`, any
+/// key ending in `_path`), as in the models' paths: one file then serves
+/// whichever cache Make or the deployment sets. Relative results still
+/// resolve against the config's folder when the policy opens them.
+fn expand_path_kwargs(kwargs: &mut Kwargs, env: Env) -> Result<(), ConfigError> {
+    for (k, v) in kwargs.iter_mut() {
+        if let (true, serde_json::Value::String(text)) = (k.ends_with("_path"), &*v) {
+            let expanded = expand_env(text, env)
+                .map_err(|m| ConfigError::invalid(format!("scheduler_kwargs.{k}"), m))?;
+            *v = serde_json::Value::String(expanded);
+        }
+    }
+    Ok(())
 }
 
 fn parse_class(class: &str, key: &str) -> Result<(PolicyKind, ClassRole), ConfigError> {

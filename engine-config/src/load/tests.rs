@@ -152,6 +152,28 @@ fn a_models_own_kv_budget_wins_over_the_systems() {
 }
 
 #[test]
+fn router_path_kwargs_expand_env_like_model_paths() {
+    let c = load(&format!(
+        "{MINIMAL}scheduler_kwargs: {{router_path: '${{CACHE}}/routers/r.pt', other_path:          '${{UNSET:-../.cache}}/x', note: '${{CACHE}}', threshold: 0.5}}\n"
+    ))
+    .unwrap();
+    let kwargs = serde_json::Value::Object(c.policy().kwargs.clone());
+    assert_eq!(
+        kwargs,
+        serde_json::json!({"router_path": "/cache/routers/r.pt", "other_path": "../.cache/x",
+                           "note": "${CACHE}", "threshold": 0.5}),
+        "only *_path arguments expand"
+    );
+    let err = error_with("scheduler_kwargs: {router_path: '${UNSET}/r.pt'}\n");
+    assert_error(
+        &err,
+        "invalid",
+        "scheduler_kwargs.router_path",
+        "environment variable UNSET is not set",
+    );
+}
+
+#[test]
 fn paths_expand_env_and_resolve_against_base_dir() {
     let c = load(
         "model:\n  a: {path: '${CACHE}/models/a'}\n  b: {path: '${UNSET:-../.cache}/models/b'}\n  \
