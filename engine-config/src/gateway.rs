@@ -28,6 +28,10 @@ pub struct GatewayConfig {
     pub drain_timeout_ms: u64,
     /// `Retry-After` seconds sent with a 429.
     pub retry_after_s: u64,
+    /// Milliseconds a request waits for a group while none is listed (the
+    /// operator scaled to zero; the waiting request is the load it scales
+    /// up from) before a 503; 0 answers 503 at once.
+    pub group_wait_ms: u64,
     /// Remote groups (base URLs of entry subservers) for `tokenrouter gateway`.
     pub groups: Vec<String>,
     /// File listing remote groups, one base URL per line (a mounted
@@ -48,6 +52,7 @@ impl Default for GatewayConfig {
             api_keys_env: None,
             drain_timeout_ms: 30_000,
             retry_after_s: 1,
+            group_wait_ms: 300_000,
             groups: Vec::new(),
             groups_file: None,
         }

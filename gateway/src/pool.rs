@@ -1,7 +1,9 @@
 //! The groups a gateway fronts: pick the healthy one with the fewest
 //! requests in flight; replace the list without a restart.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::admission::Admission;
 use crate::backend::Backend;
@@ -19,6 +21,28 @@ pub struct Pool {
     groups: RwLock<Vec<Arc<GroupEntry>>>,
     max_inflight: usize,
     max_queue: usize,
+    /// Requests waiting for a group while none is listed.
+    awaiting: Arc<AtomicUsize>,
+}
+
+/// How often a request waiting for a first group looks again (groups come
+/// from a file reload and a health check, neither of which signals here).
+const GROUP_POLL: Duration = Duration::from_millis(100);
+
+/// One request counted in [`Pool::waiting_for_group`] while it lives.
+struct Awaiting(Arc<AtomicUsize>);
+
+impl Awaiting {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(count.clone())
+    }
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Pool {
@@ -28,6 +52,7 @@ impl Pool {
             groups: RwLock::new(Vec::new()),
             max_inflight,
             max_queue,
+            awaiting: Arc::default(),
         }
     }
 
@@ -72,6 +97,35 @@ impl Pool {
             .into_iter()
             .filter(|g| g.backend.healthy())
             .min_by_key(|g| (g.admission.load(), g.backend.active()))
+    }
+
+    /// [`Self::pick`], except that while no group is listed at all (scaled
+    /// to zero, or none ready yet) the request waits up to `wait` for one to
+    /// be listed and healthy, counted in [`Self::waiting_for_group`] (the
+    /// load the operator scales up from). A listed group that is down is
+    /// not waited for: `None` at once.
+    pub async fn pick_or_wait(&self, wait: Duration) -> Option<Arc<GroupEntry>> {
+        if let Some(g) = self.pick() {
+            return Some(g);
+        }
+        if !self.groups().is_empty() || wait.is_zero() {
+            return None;
+        }
+        let _counted = Awaiting::new(&self.awaiting);
+        tracing::info!(?wait, "no group listed: the request waits for one");
+        let end = Instant::now() + wait;
+        while Instant::now() < end {
+            tokio::time::sleep(GROUP_POLL.min(end.saturating_duration_since(Instant::now()))).await;
+            if let Some(g) = self.pick() {
+                return Some(g);
+            }
+        }
+        None
+    }
+
+    /// Requests waiting in [`Self::pick_or_wait`].
+    pub fn waiting_for_group(&self) -> usize {
+        self.awaiting.load(Ordering::SeqCst)
     }
 
     /// True when at least one group is healthy.

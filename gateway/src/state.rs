@@ -27,6 +27,8 @@ pub struct GatewayOptions {
     pub retry_after_s: u64,
     /// How long a drain waits for in-flight requests.
     pub drain_timeout: Duration,
+    /// How long a request waits for a group while none is listed.
+    pub group_wait: Duration,
     /// How long a client may take to send a request's headers (also how
     /// long an idle kept-alive connection stays open); a slow-loris client
     /// is disconnected after it.
@@ -49,6 +51,7 @@ impl GatewayOptions {
             max_queue: g.max_queue,
             retry_after_s: g.retry_after_s,
             drain_timeout: Duration::from_millis(g.drain_timeout_ms),
+            group_wait: Duration::from_millis(g.group_wait_ms),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,
         }
@@ -119,7 +122,9 @@ impl Gateway {
     /// Refreshes the running/waiting gauges and group counts.
     pub fn refresh_gauges(&self) {
         let groups = self.pool.groups();
-        let (mut running, mut waiting, mut up) = (0usize, 0usize, 0usize);
+        let (mut running, mut up) = (0usize, 0usize);
+        // Requests waiting for a first group are load too (scale from zero).
+        let mut waiting = self.pool.waiting_for_group();
         for g in &groups {
             running += g.admission.running_requests();
             waiting += g.admission.queued();

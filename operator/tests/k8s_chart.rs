@@ -116,7 +116,12 @@ fn chart_ships_the_generated_crd() {
 
 #[test]
 fn chart_is_least_privilege_and_hardened() {
-    let Some((_, docs)) = render(&["--set", "networkPolicy.metricsNamespaces={monitoring}"]) else {
+    let Some((_, docs)) = render(&[
+        "--set",
+        "networkPolicy.metricsNamespaces={monitoring}",
+        "--set",
+        "networkPolicy.extraNamespaces={ai}",
+    ]) else {
         return;
     };
     // No wildcard verbs, resources or API groups in any rule.
@@ -144,50 +149,64 @@ fn chart_is_least_privilege_and_hardened() {
     // The NetworkPolicy: model pods' peer and admin ports open only to pods
     // of the release (operator-managed pods and the operator), plus scrapes
     // of the admin port from the named namespaces.
-    let np = docs
+    // One per namespace with resources: a NetworkPolicy covers only its own.
+    let policies: Vec<&Value> = docs.iter().filter(|d| kind(d) == "NetworkPolicy").collect();
+    let namespaces: Vec<&str> = policies
         .iter()
-        .find(|d| kind(d) == "NetworkPolicy")
-        .expect("NetworkPolicy");
-    let selected: Vec<String> = np["spec"]["podSelector"]["matchExpressions"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .map(|e| format!("{}={:?}", e["key"].as_str().unwrap(), e["values"]))
+        .map(|p| p["metadata"]["namespace"].as_str().unwrap())
         .collect();
-    assert!(selected
-        .iter()
-        .any(|s| s.starts_with("app.kubernetes.io/component=") && s.contains("model")));
-    assert_eq!(np["spec"]["policyTypes"][0], Value::from("Ingress"));
-    let ingress = np["spec"]["ingress"].as_sequence().unwrap();
+    assert_eq!(namespaces, vec!["tokenrouter", "ai"]);
     let mut peer_open_to = Vec::new();
-    for rule in ingress {
-        let ports: Vec<&str> = rule["ports"]
+    for np in policies {
+        let selected: Vec<String> = np["spec"]["podSelector"]["matchExpressions"]
             .as_sequence()
             .unwrap()
             .iter()
-            .map(|p| p["port"].as_str().unwrap())
+            .map(|e| format!("{}={:?}", e["key"].as_str().unwrap(), e["values"]))
             .collect();
-        for from in rule["from"].as_sequence().unwrap() {
-            assert!(from.get("ipBlock").is_none(), "no IP ranges: {from:?}");
-            if ports.contains(&"peer") {
-                peer_open_to.push(from.clone());
-            }
-            if from.get("namespaceSelector").is_some() {
-                assert_eq!(
-                    ports,
-                    vec!["admin"],
-                    "other namespaces reach only the admin port"
-                );
-            } else {
-                let labels = &from["podSelector"]["matchLabels"];
-                let release = labels["app.kubernetes.io/instance"] == "tr";
-                let managed = labels["app.kubernetes.io/managed-by"] == "tokenrouter-operator";
-                assert!(release || managed, "peer/admin open to {from:?}");
+        assert!(selected
+            .iter()
+            .any(|s| s.starts_with("app.kubernetes.io/component=") && s.contains("model")));
+        assert_eq!(np["spec"]["policyTypes"][0], Value::from("Ingress"));
+        let ingress = np["spec"]["ingress"].as_sequence().unwrap();
+        for rule in ingress {
+            let ports: Vec<&str> = rule["ports"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|p| p["port"].as_str().unwrap())
+                .collect();
+            for from in rule["from"].as_sequence().unwrap() {
+                assert!(from.get("ipBlock").is_none(), "no IP ranges: {from:?}");
+                if ports.contains(&"peer") {
+                    peer_open_to.push(from.clone());
+                }
+                let ns = &from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"];
+                // The operator, from the release namespace: peer and admin.
+                let operator = ns.as_str() == Some("tokenrouter")
+                    && from["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "tr";
+                if operator {
+                    continue;
+                }
+                if from.get("namespaceSelector").is_some() {
+                    assert_eq!(
+                        ports,
+                        vec!["admin"],
+                        "other namespaces reach only the admin port"
+                    );
+                } else {
+                    let labels = &from["podSelector"]["matchLabels"];
+                    let release = labels["app.kubernetes.io/instance"] == "tr";
+                    let managed = labels["app.kubernetes.io/managed-by"] == "tokenrouter-operator";
+                    assert!(release || managed, "peer/admin open to {from:?}");
+                }
             }
         }
     }
     assert!(!peer_open_to.is_empty());
-    assert!(peer_open_to
-        .iter()
-        .all(|f| f.get("podSelector").is_some() && f.get("namespaceSelector").is_none()));
+    // Peer ports: managed pods of the namespace itself, or the release's
+    // operator (by its labels, in the release namespace); no other namespace.
+    assert!(peer_open_to.iter().all(|f| f.get("podSelector").is_some()
+        && f.get("namespaceSelector")
+            .is_none_or(|n| { n["matchLabels"]["kubernetes.io/metadata.name"] == "tokenrouter" })));
 }

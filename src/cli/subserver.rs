@@ -4,6 +4,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Result;
 use subserver::config::EngineConfig;
@@ -37,6 +40,11 @@ pub struct SubserverArgs {
     /// without a token it must be a loopback address.
     #[arg(long, requires = "admin")]
     control: Option<SocketAddr>,
+    /// On SIGTERM (or ctrl-c), how long in-flight requests may finish
+    /// before they are cancelled and the process exits 0; keep it below the
+    /// pod's `terminationGracePeriodSeconds` (the operator's pods: 60).
+    #[arg(long, default_value_t = 45.0)]
+    drain_timeout_s: f64,
     /// File holding the bearer token of `/admin/*` and `/internal/generate`
     /// (default: `$TOKENROUTER_ADMIN_TOKEN_FILE`, then
     /// `$TOKENROUTER_ADMIN_TOKEN`); without a token they answer loopback
@@ -58,12 +66,16 @@ pub fn run(args: SubserverArgs) -> Result<()> {
     access.bind = args.control;
     // Refused before the config and the models load.
     access.check().map_err(anyhow::Error::msg)?;
+    let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout_s)
+        .map_err(|e| anyhow::anyhow!("--drain-timeout-s {}: {e}", args.drain_timeout_s))?;
+    // Before the load: a SIGTERM during it is kept, and acted on once loaded.
+    let stop = StopSignal::install()?;
     let mut cfg = EngineConfig::from_file(&args.config)?;
     if let Some(on) = args.cuda_graphs {
         cfg.override_cuda_graphs(on);
     }
     let Some(model) = args.model else {
-        return run_group(&cfg, args.admin, access);
+        return run_group(&cfg, args.admin, access, &stop, drain_timeout);
     };
     let port = cfg
         .model_index(&model)
@@ -83,13 +95,26 @@ pub fn run(args: SubserverArgs) -> Result<()> {
             .unwrap_or_default()
     );
     while svc.member().is_alive() {
-        std::thread::park_timeout(std::time::Duration::from_secs(1));
+        if stop.received() {
+            eprintln!("subserver `{model}` draining (up to {drain_timeout:?})");
+            let left = svc.drain(drain_timeout);
+            drop(svc);
+            eprintln!("subserver `{model}` stopped ({left} requests cancelled)");
+            return Ok(());
+        }
+        std::thread::park_timeout(Duration::from_secs(1));
     }
     anyhow::bail!("the scheduler of `{model}` stopped")
 }
 
 /// `--all-models`: the whole group in this process until it is stopped.
-fn run_group(cfg: &EngineConfig, admin: Option<SocketAddr>, access: ControlAccess) -> Result<()> {
+fn run_group(
+    cfg: &EngineConfig,
+    admin: Option<SocketAddr>,
+    access: ControlAccess,
+    stop: &StopSignal,
+    drain_timeout: Duration,
+) -> Result<()> {
     let svc = Service::start_with_access(cfg, admin, access)?;
     eprintln!(
         "subserver group running ({} models){}",
@@ -98,7 +123,51 @@ fn run_group(cfg: &EngineConfig, admin: Option<SocketAddr>, access: ControlAcces
             .map(|a| format!(", admin on http://{a}"))
             .unwrap_or_default()
     );
-    loop {
-        std::thread::park();
+    while !stop.received() {
+        std::thread::park_timeout(Duration::from_secs(1));
+    }
+    eprintln!("subserver group draining (up to {drain_timeout:?})");
+    let left = svc.drain(drain_timeout);
+    drop(svc);
+    eprintln!("subserver group stopped ({left} requests cancelled)");
+    Ok(())
+}
+
+/// SIGTERM (what a kubelet sends PID 1) or ctrl-c, registered at once and
+/// awaited on a thread of its own, which wakes the main thread.
+struct StopSignal {
+    flag: Arc<AtomicBool>,
+}
+
+impl StopSignal {
+    fn install() -> Result<Self> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        // Registered here, before the caller announces it runs: a signal
+        // that comes right after is not the default (a kill by SIGTERM).
+        let mut term = {
+            let _inside = rt.enter();
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?
+        };
+        let flag = Arc::new(AtomicBool::new(false));
+        let (set, main) = (flag.clone(), std::thread::current());
+        std::thread::Builder::new()
+            .name("stop-signal".into())
+            .spawn(move || {
+                rt.block_on(async {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                });
+                set.store(true, Ordering::SeqCst);
+                main.unpark();
+            })?;
+        Ok(Self { flag })
+    }
+
+    fn received(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
     }
 }

@@ -225,6 +225,7 @@ pub(super) fn build_gateway(
             .transpose()?,
         drain_timeout_ms: raw.drain_timeout_ms.unwrap_or(defaults.drain_timeout_ms),
         retry_after_s: raw.retry_after_s.unwrap_or(defaults.retry_after_s),
+        group_wait_ms: raw.group_wait_ms.unwrap_or(defaults.group_wait_ms),
         groups: raw
             .groups
             .unwrap_or_default()

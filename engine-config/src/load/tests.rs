@@ -870,12 +870,13 @@ fn gateway_rules() {
     assert_eq!(c.gateway(), &expected);
     let c = load(&format!(
         "{MINIMAL}gateway: {{api_keys_env: TR_KEYS, drain_timeout_ms: 2500, retry_after_s: 3, \
-             groups: ['http://a:1', 'http://b:2'], groups_file: groups.txt}}\n"
+             group_wait_ms: 0, groups: ['http://a:1', 'http://b:2'], groups_file: groups.txt}}\n"
     ))
     .unwrap();
     let g = c.gateway();
     assert_eq!(g.api_keys_env.as_deref(), Some("TR_KEYS"));
     assert_eq!((g.drain_timeout_ms, g.retry_after_s), (2500, 3));
+    assert_eq!(g.group_wait_ms, 0);
     assert_eq!(
         g.groups,
         vec!["http://a:1".to_string(), "http://b:2".into()]

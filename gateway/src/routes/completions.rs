@@ -43,7 +43,7 @@ pub async fn handle(
         Ok(p) => p,
         Err(e) => return fail(&gw, route, e),
     };
-    let Some(group) = gw.pool.pick() else {
+    let Some(group) = gw.pool.pick_or_wait(gw.options.group_wait).await else {
         return fail(&gw, route, ApiError::Unavailable("no healthy group".into()));
     };
     let slot = match group.admission.acquire(prepared.num_sequences()).await {

@@ -1,5 +1,9 @@
-//! `GET /health`: 200 when every subserver of at least one group answers,
-//! 503 otherwise (and while draining).
+//! `GET /health` (readiness): 200 when every subserver of at least one
+//! group answers, or when no group is listed at all (scaled to zero:
+//! requests wait for the first group, see `Pool::pick_or_wait`); 503
+//! otherwise and while draining. `GET /livez`
+//! (liveness): 200 while the process serves, whatever the groups do, so an
+//! outage of the groups does not restart the gateways.
 
 use std::sync::Arc;
 
@@ -10,11 +14,18 @@ use warp::reply::Response;
 use crate::error::json_response;
 use crate::state::Gateway;
 
+/// Liveness: this process answers (also while it drains: SIGTERM already
+/// decides its end).
+pub fn live() -> Response {
+    json_response(StatusCode::OK, &json!({"status": "ok"}))
+}
+
 /// Readiness.
 pub fn handle(gw: Arc<Gateway>) -> Response {
     let groups = gw.pool.groups();
     let healthy = groups.iter().filter(|g| g.backend.healthy()).count();
-    let ok = healthy > 0 && !gw.shutdown.draining();
+    let scaled_to_zero = groups.is_empty() && !gw.options.group_wait.is_zero();
+    let ok = (healthy > 0 || scaled_to_zero) && !gw.shutdown.draining();
     let status = if ok {
         StatusCode::OK
     } else {

@@ -76,6 +76,7 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(warp::get())
         .and(with_gw.clone())
         .map(health::handle);
+    let livez = warp::path!("livez").and(warp::get()).map(health::live);
     let metrics = warp::path!("metrics")
         .and(warp::get())
         .and(with_gw.clone())
@@ -94,6 +95,8 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .or(detokenize)
         .unify()
         .or(health)
+        .unify()
+        .or(livez)
         .unify()
         .or(metrics)
         .unify()

@@ -208,17 +208,18 @@ pub fn decode_run(
 /// decoded `steps` steps: the profile's context points.
 pub fn context_points(
     model: &Path,
+    dtype: DType,
     contexts: &[usize],
     steps: usize,
 ) -> Result<Vec<ContextPoint>, EngineError> {
     contexts
         .iter()
         .map(|&tokens| {
-            let (prefill_ms, decode_ms) = decode_run(model, 1, tokens, steps)?;
+            let run = decode_run(model, dtype, 1, tokens, steps)?;
             Ok(ContextPoint {
                 tokens,
-                prefill_ms,
-                decode_ms,
+                prefill_ms: run.prefill_ms,
+                decode_ms: run.step_ms,
             })
         })
         .collect()

@@ -13,6 +13,12 @@ pub type ThresholdTable = BTreeMap<String, Vec<usize>>;
 /// thread, so implementations lock what they share with the scheduler and
 /// must return quickly (never wait for a step to end).
 pub trait AdminApi: Send + Sync {
+    /// `Ok` while this process works, whatever its peers do (`/livez`,
+    /// the liveness probe: a restart can only fix what is wrong here);
+    /// otherwise why not (503). Default: the HTTP thread answers.
+    fn alive(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// `Ok` when the subserver can serve; otherwise why not (503).
     fn healthy(&self) -> Result<(), String>;
     /// The thresholds in force, for every model of the subserver.

@@ -15,6 +15,7 @@ use crate::metrics::{exposition, names, SubserverMetrics};
 struct FakeAdmin {
     table: Mutex<ThresholdTable>,
     health: Mutex<Result<(), String>>,
+    live: Mutex<Result<(), String>>,
 }
 
 impl FakeAdmin {
@@ -28,11 +29,15 @@ impl FakeAdmin {
                 .into(),
             ),
             health: Mutex::new(Ok(())),
+            live: Mutex::new(Ok(())),
         })
     }
 }
 
 impl AdminApi for FakeAdmin {
+    fn alive(&self) -> Result<(), String> {
+        self.live.lock().unwrap().clone()
+    }
     fn healthy(&self) -> Result<(), String> {
         self.health.lock().unwrap().clone()
     }
@@ -154,6 +159,24 @@ async fn metrics_endpoint_serves_the_registry_as_text() {
     assert_eq!(
         e.value(names::TOKENS_COMMITTED_TOTAL, &[("model", "quick")]),
         Some(10.0)
+    );
+}
+
+/// Liveness answers for the process alone: a peer down makes `/health`
+/// 503 (not ready) while `/livez` stays 200 (no restart).
+#[tokio::test]
+async fn livez_ignores_peers_and_fails_only_for_this_process() {
+    let f = Fixture::start();
+    *f.admin.health.lock().unwrap() = Err("peers unreachable: reference".to_string());
+    assert_eq!(f.get("/health").await.0, 503);
+    let (status, body, _) = f.get("/livez").await;
+    assert_eq!((status, parse_json(&body)), (200, json!({"status": "ok"})));
+    *f.admin.live.lock().unwrap() = Err("the scheduler has stopped".to_string());
+    let (status, body, _) = f.get("/livez").await;
+    assert_eq!(status, 503);
+    assert_eq!(
+        parse_json(&body),
+        json!({"status": "unhealthy", "reason": "the scheduler has stopped"})
     );
 }
 

@@ -20,6 +20,10 @@ pub use protocol::wire::{GenerateBody, WireEvent, WireLogprobs, WireUsage, GENER
 
 /// What the ingress asks of the subserver: the entry model's submit and cancel.
 pub trait Ingress: Send + Sync {
+    /// `Ok` while new requests are taken; otherwise why not (503).
+    fn accepting(&self) -> Result<(), String> {
+        Ok(())
+    }
     /// Starts a request.
     fn submit(
         &self,
@@ -84,6 +88,9 @@ pub(super) fn generate(ingress: Option<Arc<dyn Ingress>>, body: &[u8]) -> Respon
             "this subserver takes no requests (not the entry model)",
         );
     };
+    if let Err(why) = ingress.accepting() {
+        return reply::error(StatusCode::SERVICE_UNAVAILABLE, &why);
+    }
     let req: GenerateBody = match serde_json::from_slice(body) {
         Ok(r) => r,
         Err(e) => return reply::error(StatusCode::BAD_REQUEST, &format!("bad generate body: {e}")),

@@ -3,7 +3,8 @@
 //! | method | path | answer |
 //! |---|---|---|
 //! | GET | `/metrics` | the registry in the Prometheus text format |
-//! | GET | `/health` | 200 `{"status":"ok"}`, or 503 `{"status":"unhealthy","reason":..}` |
+//! | GET | `/livez` | liveness, this process only: 200 `{"status":"ok"}`, or 503 with the reason |
+//! | GET | `/health` | readiness (peers too): 200 `{"status":"ok"}`, or 503 `{"status":"unhealthy","reason":..}` |
 //! | GET | `/admin/thresholds` | `{"delayed_batching_threshold": {model: [B at n=1, ...]}}` |
 //! | PUT | `/admin/thresholds` | same body in; sets it, answers the new table (400 on bad input) |
 //! | GET | `/admin/routing_threshold` | `{"routing_threshold": x}` (`null` when the policy has none) |

@@ -21,7 +21,7 @@ use crate::metrics::{encode_text, TEXT_CONTENT_TYPE};
 /// (a handful of models by a thousand `n` fit).
 const MAX_BODY_BYTES: u64 = 64 * 1024;
 
-const ENDPOINTS: &str = "GET /metrics, GET /health, GET|PUT /admin/thresholds, GET|PUT /admin/routing_threshold, GET /admin/state, POST /internal/generate";
+const ENDPOINTS: &str = "GET /metrics, GET /livez, GET /health, GET|PUT /admin/thresholds, GET|PUT /admin/routing_threshold, GET /admin/state, POST /internal/generate";
 
 /// Largest `/internal/generate` body (a long prompt's ids as JSON).
 const MAX_GENERATE_BYTES: u64 = 64 * 1024 * 1024;
@@ -40,9 +40,13 @@ pub(super) fn routes(
         .and(warp::get())
         .map(move || metrics(&registry));
     let s = state.clone();
+    let livez = warp::path!("livez")
+        .and(warp::get())
+        .map(move || status_reply(s.alive()));
+    let s = state.clone();
     let health = warp::path!("health")
         .and(warp::get())
-        .map(move || health(s.as_ref()));
+        .map(move || status_reply(s.healthy()));
     let s = state.clone();
     let get_thresholds = warp::path!("admin" / "thresholds")
         .and(warp::get())
@@ -84,6 +88,8 @@ pub(super) fn routes(
         .map(move |body: Bytes| super::ingress::generate(ingress.clone(), &body));
 
     metrics
+        .or(livez)
+        .unify()
         .or(health)
         .unify()
         .or(get_thresholds)
@@ -112,8 +118,9 @@ fn metrics(registry: &Registry) -> Response {
     }
 }
 
-fn health(state: &dyn AdminApi) -> Response {
-    match state.healthy() {
+/// 200 `{"status":"ok"}`, or 503 with the reason.
+fn status_reply(verdict: Result<(), String>) -> Response {
+    match verdict {
         Ok(()) => reply::json(StatusCode::OK, &json!({"status": "ok"})),
         Err(reason) => reply::json(
             StatusCode::SERVICE_UNAVAILABLE,

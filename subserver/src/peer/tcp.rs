@@ -17,8 +17,11 @@
 
 mod link;
 mod listener;
+pub mod peer_addr;
 #[cfg(test)]
 mod tests;
+
+pub use peer_addr::{wait_resolvable, PeerAddr};
 
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::Arc;
@@ -81,6 +84,27 @@ impl TcpOptions {
     }
 }
 
+/// The `host:port` addresses (index = model) as [`PeerAddr`]s, resolved at
+/// each connect; an error names an entry that is not `host:port`.
+pub fn peer_addresses(addresses: &[String]) -> Result<Vec<PeerAddr>, TransportError> {
+    addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let model = ModelIdx::try_from(i).unwrap_or(ModelIdx::MAX);
+            match a.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(PeerAddr::new(a))
+                }
+                _ => Err(TransportError::Unreachable(
+                    model,
+                    format!("`{a}` is not host:port"),
+                )),
+            }
+        })
+        .collect()
+}
+
 /// Resolves `host:port` addresses (index = model) to socket addresses (the
 /// first each name resolves to); an error names the address that does not
 /// resolve.
@@ -115,12 +139,13 @@ impl TcpTransport {
     /// Listens on `addresses[me]` (or `opts.bind`), hands every message
     /// from a peer to `deliver` (in the order that peer sent them), and
     /// starts one writer per peer. Fails when the address cannot be bound.
-    pub fn start(
+    pub fn start<A: Into<PeerAddr>>(
         me: ModelIdx,
-        addresses: Vec<SocketAddr>,
+        addresses: Vec<A>,
         deliver: Deliver,
         opts: TcpOptions,
     ) -> Result<Self, TransportError> {
+        let addresses: Vec<PeerAddr> = addresses.into_iter().map(Into::into).collect();
         let n = addresses.len();
         let Some(own) = addresses.get(usize::from(me)) else {
             return Err(TransportError::Unreachable(
@@ -137,7 +162,12 @@ impl TcpTransport {
                 ),
             ));
         }
-        let bind = opts.bind.unwrap_or(*own);
+        let bind = match opts.bind {
+            Some(bind) => bind,
+            None => own
+                .resolve()
+                .map_err(|e| TransportError::Unreachable(me, e))?,
+        };
         let listener = TcpListener::bind(bind).map_err(|e| {
             TransportError::Unreachable(me, format!("cannot listen on {bind}: {e}"))
         })?;
@@ -149,7 +179,7 @@ impl TcpTransport {
             .enumerate()
             .map(|(i, addr)| {
                 let to = i as ModelIdx; // n checked above
-                (to != me).then(|| Arc::new(Link::new(me, to, *addr)))
+                (to != me).then(|| Arc::new(Link::new(me, to, addr.clone())))
             })
             .collect();
         let transport = Self {

@@ -4,6 +4,7 @@
 
 /// The ragged-batch layout lives with the decoder that reads it.
 pub use crate::model::layout;
+pub mod cgroup;
 pub mod memory;
 pub mod sim;
 pub mod tch_runner;

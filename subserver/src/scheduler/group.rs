@@ -95,7 +95,7 @@ pub enum GroupTransport {
     /// state: delayed batching relies on `max_batch_wait`).
     Tcp {
         /// Listen address of each model, by index.
-        addresses: Vec<std::net::SocketAddr>,
+        addresses: Vec<crate::peer::tcp::PeerAddr>,
         /// Connection tuning.
         options: TcpOptions,
     },

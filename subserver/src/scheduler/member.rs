@@ -39,7 +39,7 @@ impl MemberProcess {
         index: ModelIdx,
         names: Vec<String>,
         settings: &GroupSettings,
-        addresses: Vec<std::net::SocketAddr>,
+        addresses: Vec<crate::peer::tcp::PeerAddr>,
         options: TcpOptions,
         metrics: Option<&SubserverMetrics>,
     ) -> Result<Self, TransportError> {

@@ -12,7 +12,7 @@ use crate::engine::EngineLimits;
 use crate::error::EngineError;
 use crate::kv::storage::bytes_per_block;
 use crate::model::dir::ModelDir;
-use crate::peer::tcp::{resolve_addresses, TcpOptions};
+use crate::peer::tcp::{peer_addresses, TcpOptions};
 use crate::policy::{self, LiveThreshold, ModelFacts, Placement, PolicyEnv};
 use crate::runner::memory::{plan_kv_tokens, ModelFootprint};
 use crate::runner::sim::SimRunner;
@@ -29,10 +29,8 @@ const SIM_DEFAULT_KV_TOKENS: usize = 262_144;
 /// Loads every model of `cfg` (in config order) with its policy. The
 /// members share one live threshold cell (what `target_large_share` steers).
 pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(t) = cpu_threads(cfg, cores) {
-        crate::device::set_cpu_threads(t as i32);
-    }
+    let all: Vec<usize> = (0..cfg.models().len()).collect();
+    apply_cpu_threads(cfg, &all);
     check_shared_vocabulary(cfg)?;
     let cell = LiveThreshold::new(0.0);
     (0..cfg.models().len())
@@ -71,21 +69,38 @@ pub fn check_shared_vocabulary(cfg: &EngineConfig) -> Result<(), ServiceError> {
     Ok(())
 }
 
-/// libtorch intra-op threads for an in-process group: `system.threads` when
-/// set; otherwise, with two or more tch models on the CPU, each model's
-/// share of the cores (`cores / models`, at least 1). The models step at the
-/// same time, each on its own scheduler thread; libtorch's default (every
-/// core per step) oversubscribes the cores and slowed the SmolLM2 pair from
-/// 8.9 to 5.2 tok/s at N=1. `None`: leave libtorch's default.
-pub fn cpu_threads(cfg: &EngineConfig, cores: usize) -> Option<usize> {
+/// Sets libtorch's intra-op threads for a process that runs models
+/// `hosted` of `cfg` (see [`cpu_threads`]). The cores are what
+/// `available_parallelism` sees: the cgroup CPU quota (a pod's CPU limit)
+/// and affinity mask, not every core of the node.
+pub fn apply_cpu_threads(cfg: &EngineConfig, hosted: &[usize]) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(t) = cpu_threads(cfg, hosted, cores) {
+        info!(threads = t, cores, "libtorch intra-op threads");
+        crate::device::set_cpu_threads(t as i32);
+    }
+}
+
+/// libtorch intra-op threads for a process running models `hosted`:
+/// `system.threads` when set; otherwise, with tch models on the CPU, each
+/// model's share of the cores (`cores / models`, at least 1). The models
+/// step at the same time, each on its own scheduler thread; libtorch's
+/// default (every core of the machine per step) oversubscribes the cores
+/// and slowed the SmolLM2 pair from 8.9 to 5.2 tok/s at N=1, and in a pod
+/// it ignores the CPU limit. `None`: leave libtorch's default.
+pub fn cpu_threads(cfg: &EngineConfig, hosted: &[usize], cores: usize) -> Option<usize> {
     if let Some(t) = cfg.system().threads {
         return Some(t);
     }
     if cfg.backend() != Backend::Tch {
         return None;
     }
-    let on_cpu = cfg.models().iter().filter(|m| !m.device.is_cuda()).count();
-    (on_cpu >= 2).then(|| (cores / on_cpu).max(1))
+    let on_cpu = hosted
+        .iter()
+        .filter_map(|&i| cfg.models().get(i))
+        .filter(|m| !m.device.is_cuda())
+        .count();
+    (on_cpu >= 1).then(|| (cores / on_cpu).max(1))
 }
 
 /// `target_large_share` needs the entry's policy to have a threshold to steer.
@@ -144,17 +159,41 @@ pub fn member(
 /// Model `i`'s KV budget. On CUDA a memory fraction is planned over every
 /// model of the group on that device (weights first, then equal KV tokens:
 /// see `plan_kv_tokens`), so co-located models do not each claim the
-/// fraction of what is free when they load. On the CPU it stays a fraction
-/// of free host memory.
+/// fraction of what is free when they load. On the CPU the runner sizes it
+/// (see `runner::memory`).
 fn planned_budget(cfg: &EngineConfig, i: usize) -> Result<KvBudget, EngineError> {
     let spec = &cfg.models()[i];
     let (KvBudget::Fraction(fraction), DeviceSpec::Cuda(index)) = (spec.kv_budget, spec.device)
     else {
         return Ok(spec.kv_budget);
     };
+    let models = device_footprints(cfg, i)?;
+    let (_, total) = cuda_mem_info(index)?;
+    let tokens = plan_kv_tokens(total, fraction, &models)?;
+    info!(
+        model = %spec.name,
+        fraction,
+        models = models.len(),
+        tokens,
+        "KV planned from mem_fraction_static over the models on {}",
+        spec.device
+    );
+    Ok(KvBudget::Tokens(tokens))
+}
+
+/// The footprints of the models that share model `i`'s device: its own,
+/// and those of the others whose weights this process can see. A pod per
+/// model mounts only its own directory (and has its own device), so a
+/// directory that is not there is not on this device; an in-process group
+/// fails on it when that model loads.
+fn device_footprints(cfg: &EngineConfig, i: usize) -> Result<Vec<ModelFootprint>, EngineError> {
+    let spec = &cfg.models()[i];
     let mut models = Vec::new();
-    for m in cfg.models().iter().filter(|m| m.device == spec.device) {
+    for (j, m) in cfg.models().iter().enumerate() {
         let Some(path) = &m.path else { continue };
+        if m.device != spec.device || (j != i && !path.is_dir()) {
+            continue;
+        }
         let c = ModelDir::open(path)?.config;
         let kind: tch::Kind = m.dtype.into();
         let params: usize = tensor_specs(&c)
@@ -172,17 +211,7 @@ fn planned_budget(cfg: &EngineConfig, i: usize) -> Result<KvBudget, EngineError>
             ) as u64,
         });
     }
-    let (_, total) = cuda_mem_info(index)?;
-    let tokens = plan_kv_tokens(total, fraction, &models)?;
-    info!(
-        model = %spec.name,
-        fraction,
-        models = models.len(),
-        tokens,
-        "KV planned from mem_fraction_static over the models on {}",
-        spec.device
-    );
-    Ok(KvBudget::Tokens(tokens))
+    Ok(models)
 }
 
 /// What model `i`'s steps give a policy: the tch backend gives logits,
@@ -292,7 +321,7 @@ pub fn runner(
 pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
     let (peer_timeout, transport) = match cfg.transport() {
         TransportConfig::Tcp(t) => {
-            let addresses = resolve_addresses(&t.addresses)
+            let addresses = peer_addresses(&t.addresses)
                 .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
             let options = TcpOptions::from_config(t);
             (
@@ -332,18 +361,44 @@ mod thread_tests {
     #[test]
     fn each_cpu_model_gets_its_share_of_the_cores_by_default() {
         let tch = cfg("backend: tch\ndevice: cpu\n");
-        assert_eq!(cpu_threads(&tch, 2), Some(1));
-        assert_eq!(cpu_threads(&tch, 16), Some(8));
-        assert_eq!(cpu_threads(&tch, 1), Some(1));
+        assert_eq!(cpu_threads(&tch, &[0, 1], 2), Some(1));
+        assert_eq!(cpu_threads(&tch, &[0, 1], 16), Some(8));
+        assert_eq!(cpu_threads(&tch, &[0, 1], 1), Some(1));
+        // A process with one model (a pod per model) uses its cores (the
+        // pod's CPU limit as `available_parallelism` reads it), not libtorch's
+        // every-core default.
+        assert_eq!(cpu_threads(&tch, &[1], 4), Some(4));
+        let gpu = cfg("backend: tch\ndevice: cuda\n");
+        assert_eq!(cpu_threads(&gpu, &[0], 4), None);
     }
 
     #[test]
     fn system_threads_wins_and_sim_is_left_alone() {
         let yaml = "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n  threads: 3\nscheduler_class: Random\nbackend: tch\ndevice: cpu\n";
         let set = EngineConfig::from_yaml_str(yaml, Path::new(".")).unwrap();
-        assert_eq!(cpu_threads(&set, 16), Some(3));
+        assert_eq!(cpu_threads(&set, &[0, 1], 16), Some(3));
         let sim = "model:\n  quick:\n    path: a\n    sim: {latency_ms: {base: 1.0}}\n  reference:\n    path: b\n    sim: {latency_ms: {base: 1.0}}\nsystem:\n  entry_model: quick\nscheduler_class: Random\nbackend: sim\n";
         let sim = EngineConfig::from_yaml_str(sim, Path::new(".")).unwrap();
-        assert_eq!(cpu_threads(&sim, 16), None);
+        assert_eq!(cpu_threads(&sim, &[0, 1], 16), None);
+    }
+
+    /// A podPerModel pod mounts only its own weights: planning its CUDA
+    /// budget must not open the other models' directories.
+    #[test]
+    fn a_pod_per_model_plans_over_the_models_it_mounts() {
+        let dir = tempfile::tempdir().unwrap();
+        let quick = dir.path().join("quick");
+        std::fs::create_dir(&quick).unwrap();
+        let config = serde_json::to_string(&crate::runner::testing::tiny_config()).unwrap();
+        std::fs::write(quick.join("config.json"), config).unwrap();
+        let yaml = "model:\n  quick:\n    path: quick\n  reference:\n    path: reference\n\
+                    system:\n  entry_model: quick\nscheduler_class: Random\nbackend: tch\ndevice: cuda\n";
+        let cfg = EngineConfig::from_yaml_str(yaml, dir.path()).unwrap();
+        let own = device_footprints(&cfg, 0).unwrap();
+        assert_eq!(own.len(), 1, "only the mounted model");
+        assert!(own[0].weight_bytes > 0 && own[0].kv_bytes_per_token > 0);
+        // Its own directory missing is still an error (nothing to load).
+        let err = device_footprints(&cfg, 1).unwrap_err();
+        assert!(err.to_string().contains("reference"), "{err}");
     }
 }

@@ -9,14 +9,20 @@ use prometheus::Registry;
 use crate::config::{EngineConfig, TransportConfig};
 use crate::http::{ControlAccess, SubserverHttp};
 use crate::metrics::SubserverMetrics;
-use crate::peer::tcp::{resolve_addresses, TcpOptions};
+use crate::peer::tcp::{peer_addresses, wait_resolvable, TcpOptions};
 use crate::scheduler::member::MemberProcess;
+use crate::service::drain::{Drain, DrainingAdmin, DrainingIngress};
 use crate::service::{admin::MemberAdmin, build, ServiceError};
+
+/// How long a starting process waits for its group's DNS names (pods of
+/// one group start together; the names appear as their pods get IPs).
+pub const DNS_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// A running model process. Dropping it stops HTTP, then the scheduler.
 pub struct MemberService {
     http: Option<SubserverHttp>,
     member: Arc<MemberProcess>,
+    drain: Drain,
 }
 
 impl MemberService {
@@ -56,12 +62,17 @@ impl MemberService {
                 cfg.model_names().join(", ")
             ))
         })?;
+        let addresses = peer_addresses(&tcp.addresses)
+            .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
+        // Before the weights load: a peer not scheduled yet costs a wait
+        // here, not a crash and a full reload per retry.
+        wait_resolvable(&addresses, DNS_WAIT)
+            .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
         build::check_shared_vocabulary(cfg)?;
+        build::apply_cpu_threads(cfg, &[index]);
         let member = build::member(cfg, index, None)?;
         let knob = member.policy.knob();
         let settings = build::settings(cfg)?;
-        let addresses = resolve_addresses(&tcp.addresses)
-            .map_err(|e| ServiceError::Unsupported(format!("transport.addresses: {e}")))?;
         let registry = Registry::new();
         let metrics = SubserverMetrics::new(&registry)?;
         crate::cuda::metrics::register(&registry)
@@ -79,14 +90,16 @@ impl MemberService {
             )
             .map_err(|e| ServiceError::Unsupported(format!("transport: {e}")))?,
         );
+        let drain = Drain::default();
         let http = match admin {
             Some(addr) => {
                 // Only the entry model's process takes client requests.
-                let ingress: Option<Arc<dyn crate::http::Ingress>> =
-                    (index == cfg.entry_index()).then(|| member.clone() as _);
+                let ingress: Option<Arc<dyn crate::http::Ingress>> = (index == cfg.entry_index())
+                    .then(|| Arc::new(DrainingIngress::new(member.clone(), drain.clone())) as _);
+                let api = Arc::new(MemberAdmin::new(member.clone(), knob));
                 Some(SubserverHttp::start_secured(
                     addr,
-                    Arc::new(MemberAdmin::new(member.clone(), knob)),
+                    Arc::new(DrainingAdmin::new(api, drain.clone())),
                     registry,
                     ingress,
                     access,
@@ -94,7 +107,22 @@ impl MemberService {
             }
             None => None,
         };
-        Ok(Self { http, member })
+        Ok(Self {
+            http,
+            member,
+            drain,
+        })
+    }
+
+    /// Drains (see [`crate::service::drain`]): readiness fails, new requests
+    /// get a 503, and this waits up to `deadline` for the requests this
+    /// model holds (its own and its guests'). Returns how many were left;
+    /// dropping the service then cancels them.
+    pub fn drain(&self, deadline: std::time::Duration) -> usize {
+        self.drain.wait_idle(deadline, || {
+            let s = self.member.stats();
+            s.running + s.waiting + s.pending
+        })
     }
 
     /// The model process (submit at the entry, stats).

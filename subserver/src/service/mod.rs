@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod build;
+pub mod drain;
 pub mod member;
 pub mod tensor_parallel;
 
@@ -62,6 +63,7 @@ pub struct Service {
     http: Option<SubserverHttp>,
     group: Arc<Group>,
     registry: Registry,
+    drain: drain::Drain,
 }
 
 impl Service {
@@ -97,10 +99,13 @@ impl Service {
             build::settings(cfg)?,
             Some(&metrics),
         ));
+        let drain = drain::Drain::default();
         let http = match admin {
             Some(addr) => {
                 let api = Arc::new(admin::GroupAdmin::new(group.clone(), knob));
-                let ingress: Arc<dyn crate::http::Ingress> = group.clone();
+                let api = Arc::new(drain::DrainingAdmin::new(api, drain.clone()));
+                let ingress: Arc<dyn crate::http::Ingress> =
+                    Arc::new(drain::DrainingIngress::new(group.clone(), drain.clone()));
                 Some(SubserverHttp::start_secured(
                     addr,
                     api,
@@ -115,7 +120,15 @@ impl Service {
             http,
             group,
             registry,
+            drain,
         })
+    }
+
+    /// Drains (see [`drain`]): readiness fails, new requests get a 503,
+    /// and this waits up to `deadline` for the group's active requests.
+    /// Returns how many were left; dropping the service cancels them.
+    pub fn drain(&self, deadline: std::time::Duration) -> usize {
+        self.drain.wait_idle(deadline, || self.group.active())
     }
 
     /// The group (submit, cancel, stats).

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -22,6 +22,8 @@ use tracing::{debug, info, warn};
 use crate::peer::codec::{read_frame, FrameError, Handshake};
 use crate::peer::message::ModelIdx;
 use crate::peer::transport::TransportError;
+
+use super::peer_addr::PeerAddr;
 
 /// How often a blocked socket call comes back to check for shutdown.
 pub(super) const IO_POLL: Duration = Duration::from_millis(100);
@@ -53,7 +55,8 @@ pub(super) struct LinkTiming {
 pub(super) struct Link {
     me: ModelIdx,
     to: ModelIdx,
-    addr: SocketAddr,
+    /// Resolved again at every connect (a recreated pod has a new IP).
+    addr: PeerAddr,
     frames: Mutex<VecDeque<Vec<u8>>>,
     wake: Condvar,
     closed: AtomicBool,
@@ -66,7 +69,7 @@ pub(super) struct Link {
 
 impl Link {
     /// A link from `me` to model `to` listening at `addr`.
-    pub(super) fn new(me: ModelIdx, to: ModelIdx, addr: SocketAddr) -> Self {
+    pub(super) fn new(me: ModelIdx, to: ModelIdx, addr: PeerAddr) -> Self {
         Self {
             me,
             to,
@@ -302,8 +305,12 @@ fn connect(link: &Link, timeout: Duration) -> Result<TcpStream, TransportError> 
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         TransportError::Unreachable(to, format!("{what} {}: {e}", link.addr))
     };
-    let stream = TcpStream::connect_timeout(&link.addr, timeout)
-        .map_err(|e| fail("cannot connect to", &e))?;
+    let addr = link
+        .addr
+        .resolve()
+        .map_err(|e| TransportError::Unreachable(to, e))?;
+    let stream =
+        TcpStream::connect_timeout(&addr, timeout).map_err(|e| fail("cannot connect to", &e))?;
     let setup = |s: &TcpStream| -> io::Result<()> {
         s.set_nodelay(true)?;
         s.set_write_timeout(Some(timeout))?;

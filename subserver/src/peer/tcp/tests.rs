@@ -349,6 +349,8 @@ fn bind_override_and_resolution() {
     assert_eq!(addrs[1], listen);
     assert_eq!(addrs[0].port(), 1);
     let err = resolve_addresses(&["no port".into()]).unwrap_err();
+    assert!(peer_addresses(&["no port".into()]).is_err());
+    assert!(peer_addresses(&["a-0.a.ns.svc:7000".into(), "[::1]:7".into()]).is_ok());
     assert!(err.to_string().contains("no port"), "{err}");
 
     // Model 0 listens on the bind address, not on its (unusable) entry.
