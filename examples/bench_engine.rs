@@ -386,7 +386,8 @@ fn main() -> Result<()> {
             profile.prefill_ms =
                 decode_run(&args.model, dtype, 1, args.prompt_tokens, 1)?.prefill_ms;
         }
-        profile.context = context_points(&args.model, dtype, &args.profile_contexts, args.gen_tokens)?;
+        profile.context =
+            context_points(&args.model, dtype, &args.profile_contexts, args.gen_tokens)?;
         let rel = profile.relative();
         page.para(&format!(
             "Step profile of the bare forward (saved for `make bench-ablation`): decode steps {}; \
