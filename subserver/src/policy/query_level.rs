@@ -239,6 +239,7 @@ mod tests {
             num_models: 2,
             items,
             logits: None,
+            signals: None,
             hidden: None,
             embeddings: None,
         }
