@@ -296,7 +296,7 @@ fn median_first_signal(
                 }],
             })
             .unwrap();
-        let row = &out.sample_rows(vocab).unwrap()[0];
+        let row = &out.logits_rows().unwrap()[0][..vocab];
         let greedy = (0..row.len()).fold(0, |b, j| if row[j] > row[b] { j } else { b }) as u32;
         let (logits, hidden) = (out.logits.unwrap(), out.hidden.unwrap());
         values.extend(signal(&hidden, &logits, r.embeddings().unwrap(), &[greedy]));
@@ -529,7 +529,8 @@ fn gen_random_writes_a_co_llm_head() {
         })
         .unwrap();
     assert_eq!(step.logits.as_ref().unwrap().size(), [1, vocab as i64 + 1]);
-    assert_eq!(step.sample_rows(vocab).unwrap()[0].len(), vocab);
+    // The deferral column rides after the vocabulary: sampling reads only `vocab` columns.
+    assert_eq!(step.logits_rows().unwrap()[0].len(), vocab + 1);
 }
 
 #[test]
