@@ -82,19 +82,6 @@ async fn admin_token(trd: &TokenRouterDeployment, ctx: &Context, ns: &str) -> Re
     }
 }
 
-/// The serving StatefulSets' names for the current spec.
-fn serving_names(trd: &TokenRouterDeployment) -> Vec<String> {
-    match trd.spec.placement {
-        Placement::PodPerModel => trd
-            .spec
-            .models
-            .iter()
-            .map(|m| names::model_set(trd, &m.name))
-            .collect(),
-        Placement::PodPerGroup => vec![names::group_set(trd)],
-    }
-}
-
 fn observe_set(name: &str, set: &StatefulSet) -> SetObservation {
     let status = set.status.clone().unwrap_or_default();
     SetObservation {
@@ -191,7 +178,7 @@ async fn apply_objects(
 /// Deletes serving sets and Services of models no longer in the spec (or of
 /// the other placement); owned objects only, found by label.
 async fn remove_stale(trd: &TokenRouterDeployment, ctx: &Context, ns: &str) -> Result<Vec<String>> {
-    let keep: BTreeSet<String> = serving_names(trd)
+    let keep: BTreeSet<String> = names::serving_sets(trd)
         .into_iter()
         .chain([names::gateway(trd)])
         .collect();
@@ -373,7 +360,7 @@ async fn apply_all(
     let current = existing.as_ref().and_then(|s| s.spec.as_ref()?.replicas);
     let mut ready_before = i32::MAX;
     let mut existing_sets = Vec::new();
-    for name in serving_names(trd) {
+    for name in names::serving_sets(trd) {
         let set = sets_api.get_opt(&name).await?;
         ready_before = ready_before.min(set.as_ref().map_or(0, |s| observe_set(&name, s).ready));
         existing_sets.extend(set);
@@ -464,7 +451,7 @@ async fn apply_all(
         )
         .await;
     }
-    let names: Vec<String> = serving_names(trd);
+    let names: Vec<String> = names::serving_sets(trd);
     let sets: Vec<SetObservation> = applied
         .iter()
         .zip(&names)

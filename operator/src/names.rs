@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crds::v1alpha1::Placement;
 use crds::TokenRouterDeployment;
 use kube::ResourceExt;
 
@@ -130,4 +131,18 @@ pub fn labels(
 /// The model pods' selector as a string (the scale subresource's selector).
 pub fn serving_pods_selector(trd: &TokenRouterDeployment, component: &str) -> String {
     format!("{INSTANCE}={},{COMPONENT}={component}", instance(trd))
+}
+
+/// The serving StatefulSets' names for the current spec (each with a
+/// headless Service of the same name).
+pub fn serving_sets(trd: &TokenRouterDeployment) -> Vec<String> {
+    match trd.spec.placement {
+        Placement::PodPerModel => trd
+            .spec
+            .models
+            .iter()
+            .map(|m| model_set(trd, &m.name))
+            .collect(),
+        Placement::PodPerGroup => vec![group_set(trd)],
+    }
 }

@@ -2,7 +2,7 @@
 //! depend on other fields in ways CEL keeps too costly): pure, so unit tests
 //! cover every reason.
 
-use crds::v1alpha1::{Backend, Placement};
+use crds::v1alpha1::Backend;
 use crds::TokenRouterDeployment;
 
 use crate::names;
@@ -13,19 +13,6 @@ pub const MAX_SERVICE_NAME: usize = 63;
 /// `controller-revision-hash: NAME-HASH` (a dash and up to 10 characters),
 /// and a label value is at most 63 characters.
 pub const MAX_STATEFULSET_NAME: usize = 52;
-
-/// Names of the StatefulSets (each with a headless Service of the same name).
-fn set_names(trd: &TokenRouterDeployment) -> Vec<String> {
-    match trd.spec.placement {
-        Placement::PodPerModel => trd
-            .spec
-            .models
-            .iter()
-            .map(|m| names::model_set(trd, &m.name))
-            .collect(),
-        Placement::PodPerGroup => vec![names::group_set(trd)],
-    }
-}
 
 /// An object name the API server (or the StatefulSet controller) would
 /// refuse: the resource's name is too long for what it derives.
@@ -43,7 +30,7 @@ fn name_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> {
             )
         })
     };
-    set_names(trd)
+    names::serving_sets(trd)
         .iter()
         .find_map(|n| too_long(n, "StatefulSet", MAX_STATEFULSET_NAME))
         .or_else(|| too_long(&names::gateway(trd), "Service", MAX_SERVICE_NAME))
