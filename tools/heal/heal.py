@@ -152,6 +152,9 @@ def main():
         tensors = {k: (state[k] if any(k.startswith(t + ".") for t in trained) else f.get_tensor(k))
                    .detach().contiguous() for k in keys}
     save_file(tensors, os.path.join(a.out, "model.safetensors"), metadata=meta)
+    # safetensors writes through a private temp file (mode 0600); the weights are read
+    # by other users too (the model pods run as UID 65532).
+    os.chmod(os.path.join(a.out, "model.safetensors"), 0o644)
     for name in os.listdir(a.exit):
         if name != "model.safetensors":
             shutil.copy(os.path.join(a.exit, name), os.path.join(a.out, name))
