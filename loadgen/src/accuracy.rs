@@ -21,6 +21,9 @@ pub enum Family {
     QueryLevel,
     /// Random token-level routing.
     Random,
+    /// A second token-level router's sweep (a trained router against the
+    /// first one's signal), charted beside it and compared point by point.
+    Challenger,
     /// A single point (e.g. small-only, large-only).
     Other,
 }
@@ -78,17 +81,21 @@ pub fn add_eval(page: &mut Page, reports: &[EvalReport]) {
 }
 
 /// Draws accuracy against large share, one line per family, into
-/// `assets/accuracy.svg`; returns the file name.
+/// `assets/accuracy.svg`; returns the file name. `names` are the legend
+/// names of the token-level, query-level, random and challenger curves.
 pub fn pareto(
     assets: &Path,
     reports: &[(Family, &EvalReport)],
-    names: [&str; 3],
+    names: [&str; 4],
 ) -> Result<&'static str, PlotError> {
     let mut series = Vec::new();
-    for (family, name) in [Family::TokenLevel, Family::QueryLevel, Family::Random]
-        .into_iter()
-        .zip(names)
-    {
+    let families = [
+        Family::TokenLevel,
+        Family::QueryLevel,
+        Family::Random,
+        Family::Challenger,
+    ];
+    for (family, name) in families.into_iter().zip(names) {
         let mut points: Vec<(f64, f64)> = reports
             .iter()
             .filter(|(f, _)| *f == family)
@@ -195,6 +202,18 @@ pub fn compare(token: &[&EvalReport], query: &EvalReport) -> Result<Comparison, 
 /// The verdict paragraph: one sentence per query-level result, then the
 /// overall answer.
 pub fn verdicts(token: &[&EvalReport], queries: &[&EvalReport]) -> Result<String, FrontierError> {
+    verdicts_named(token, queries, "token-level", "query-level")
+}
+
+/// [`verdicts`] for any curve (`curve`, named `curve_name`) against any
+/// points (named `point_name`), e.g. R-Stitch's sweep against R2R's.
+pub fn verdicts_named(
+    curve: &[&EvalReport],
+    points: &[&EvalReport],
+    curve_name: &str,
+    point_name: &str,
+) -> Result<String, FrontierError> {
+    let (token, queries) = (curve, points);
     let mut lines = Vec::new();
     let mut tally = [0usize; 3];
     for q in queries {
@@ -205,8 +224,8 @@ pub fn verdicts(token: &[&EvalReport], queries: &[&EvalReport]) -> Result<String
             _ => 2,
         }] += 1;
         lines.push(format!(
-            "- at `{}`'s share {:.3}: token-level {} against query-level {}, difference {:+.1} \
-             points (95% CI {:+.1} to {:+.1}): token-level sits **{}** query-level.",
+            "- at `{}`'s share {:.3}: {curve_name} {} against {point_name} {}, difference {:+.1} \
+             points (95% CI {:+.1} to {:+.1}): {curve_name} sits **{}** {point_name}.",
             q.label,
             c.share,
             pct(c.token_level),
@@ -219,24 +238,32 @@ pub fn verdicts(token: &[&EvalReport], queries: &[&EvalReport]) -> Result<String
     }
     let overall = match tally {
         [a, 0, 0] if a > 0 => {
-            "token-level routing sits **above** query-level at every compared share".to_string()
+            format!("{curve_name} routing sits **above** {point_name} at every compared share")
         }
         [0, b, 0] if b > 0 => {
-            "token-level routing sits **below** query-level at every compared share".to_string()
+            format!("{curve_name} routing sits **below** {point_name} at every compared share")
         }
         [a, b, l] => format!(
-            "**no single verdict**: token-level is above at {a}, below at {b} and level (the \
+            "**no single verdict**: {curve_name} is above at {a}, below at {b} and level (the \
              interval crosses 0) at {l} of {} compared shares",
             a + b + l
         ),
     };
     Ok(format!(
-        "Token-level against query-level at equal share (token-level accuracy read off the \
-         token-level curve by linear interpolation at each query-level share; 95% interval of \
+        "{} against {point_name} at equal share ({curve_name} accuracy read off the \
+         {curve_name} curve by linear interpolation at each {point_name} share; 95% interval of \
          the difference by the normal approximation with Agresti–Caffo proportions): \
          {overall}.\n\n{}",
+        capitalized(curve_name),
         lines.join("\n")
     ))
+}
+
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -287,6 +314,18 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("`q`'s share 0.250"), "{text}");
+        assert!(
+            text.starts_with("Token-level against query-level"),
+            "{text}"
+        );
+        // Any curve against any points, e.g. a heuristic's sweep against a trained router's.
+        let r2r = report("r2r", 150, 300, 0.25);
+        let text = verdicts_named(&token, &[&r2r], "R-Stitch", "R2R").unwrap();
+        assert!(
+            text.contains("R-Stitch routing sits **below** R2R at every"),
+            "{text}"
+        );
+        assert!(text.contains("R-Stitch 30.0% against R2R 50.0%"), "{text}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 both models writing tokens, then autoscaling under concurrent load, a model pod killed
 mid-stream, the load-free scale-down, and `kubectl delete trd`."""
 import argparse
+import base64
 import concurrent.futures
 import json
 import os
@@ -17,6 +18,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from e2e import ROOT, Run, StepFailed, base_steps, kjson, kubectl, parser, wait_until  # noqa: E402
 
 
+def admin_port(pod):
+    """The admin port the operator rendered (the CRD's default is not restated here)."""
+    return next(cp["containerPort"] for c in pod["spec"]["containers"]
+                for cp in c.get("ports") or [] if cp.get("name") == "admin")
+
+
 class Flow(Run):
     def entry_pods(self):
         return sorted((p for p in kjson("-n", self.ns, "get", "pods", "-l",
@@ -28,7 +35,7 @@ class Flow(Run):
 
     def metric(self, pod, name):
         """Sum of a metric on a pod's admin port (the subservers' /metrics)."""
-        url = f"http://{pod['status']['podIP']}:{self.spec.get('ports', {}).get('admin', 9000)}/metrics"
+        url = f"http://{pod['status']['podIP']}:{admin_port(pod)}/metrics"
         text = urllib.request.urlopen(url, timeout=5).read().decode()
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                    if line.startswith(name) and not line.startswith("#"))
@@ -62,10 +69,79 @@ class Flow(Run):
         assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
 
         def both_busy():
-            running = [self.metric(p, "vllm:num_requests_running") for p in self.entry_pods()]
+            # The entry's count of the group's active requests (running, or pending while the
+            # reference writes); the vllm: names are the gateway's.
+            running = [self.metric(p, "tokenrouter_active_concurrency") for p in self.entry_pods()]
             return all(r > 0 for r in running), running
         running = wait_until("both groups' entry pods running requests", both_busy, 120, 1)
         return f"groups={self.status().get('groups')} running per entry pod={running}"
+
+    def admin(self, pod, method, path, body=None):
+        """A subserver's admin endpoint, with the resource's admin token (its Secret)."""
+        if not getattr(self, "admin_token", None):
+            data = kjson("-n", self.ns, "get", "secret", f"{self.name}-admin-token")["data"]["token"]
+            self.admin_token = base64.b64decode(data).decode()
+        port = admin_port(pod)
+        req = urllib.request.Request(
+            f"http://{pod['status']['podIP']}:{port}{path}", method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"authorization": f"Bearer {self.admin_token}", "content-type": "application/json"})
+        return json.loads(urllib.request.urlopen(req, timeout=10).read())
+
+    def serving_pods(self):
+        return [p for p in kjson("-n", self.ns, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")["items"]
+                if "tokenrouter.io/model" in p["metadata"].get("labels", {})
+                and any(c.get("ready") for c in (p.get("status") or {}).get("containerStatuses") or [])]
+
+    def tables_in_metrics(self):
+        """Pod name -> {model: [B at concurrency 1..]} from each serving pod's /metrics."""
+        out = {}
+        for pod in self.serving_pods():
+            port = admin_port(pod)
+            text = urllib.request.urlopen(f"http://{pod['status']['podIP']}:{port}/metrics", timeout=5).read().decode()
+            table = {}
+            for line in text.splitlines():
+                if line.startswith("tokenrouter_delayed_batching_table{"):
+                    labels, value = line.rsplit(" ", 1)
+                    lab = dict(kv.split("=", 1) for kv in labels[labels.index("{") + 1:-1].split(","))
+                    model, c = lab["model"].strip('"'), int(lab["concurrency"].strip('"'))
+                    table.setdefault(model, {})[c] = int(float(value))
+            out[pod["metadata"]["name"]] = {m: [t[c] for c in sorted(t)] for m, t in table.items()}
+        return out
+
+    def tune(self):
+        """Under the running load: the tune loop settles on a table for the current routing (a
+        `kept` round), a routing change (every entry pod's live R-Stitch threshold) makes it
+        push a different one, and every serving pod shows that table in /metrics."""
+        kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
+            {"spec": {"tuning": {"intervalSeconds": 3, "minSamples": 40, "hysteresis": 0.05,
+                                 "maxConcurrency": 4}}}))
+
+        def tuning():
+            st = self.status()
+            return (st.get("tuning") or {}), ((st.get("thresholds") or {}).get("table") or {})
+        settled = wait_until("a kept round under the first routing",
+                             lambda: (tuning()[0].get("lastResult") == "kept", tuning()), 240, 1)
+        before = settled[1]
+        old = [self.admin(p, "GET", "/admin/routing_threshold")["routing_threshold"] for p in self.entry_pods()]
+        # R-Stitch hands a token over when the small model's entropy exceeds tau: at 1.0 it never does.
+        for pod in self.entry_pods():
+            self.admin(pod, "PUT", "/admin/routing_threshold", {"routing_threshold": 1.0})
+
+        def pushed_new():
+            t, table = tuning()
+            return t.get("lastResult") == "pushed" and table and table != before, (t.get("lastResult"), table)
+        _, after = wait_until("a pushed table for the new routing", pushed_new, 240, 1)
+
+        def shown():
+            seen = self.tables_in_metrics()
+            want = {m: [int(b) for b in v] for m, v in after.items()}
+            ok = bool(seen) and all(all(tab.get(m) == want[m] for m in tab) and tab for tab in seen.values())
+            return ok, {"want": want, "seen": seen}
+        shown_info = wait_until("every serving pod shows the pushed table in /metrics", shown, 60, 1)
+        for pod, tau in zip(self.entry_pods(), old):
+            self.admin(pod, "PUT", "/admin/routing_threshold", {"routing_threshold": tau})
+        return f"B before {before}, after tau 1.0: {after}; on {len(shown_info['seen'])} pods"
 
     def scale_down(self):
         """Most of the load stops; one client keeps streaming through the drain of the second
@@ -190,6 +266,7 @@ def main():
         base_steps(run)
         run.step("completion through the openai SDK, both models write", run.completions, True)
         run.step("concurrent load adds a group, requests spread", run.autoscale)
+        run.step("a routing change: the tune loop pushes a new B, shown in /metrics", run.tune)
         run.step("load stops: scale-down drains, no failed request", run.scale_down)
         run.step("model pod killed mid-stream: error, restart, Ready", run.kill_mid_stream)
         run.step("kubectl delete trd: SIGTERM exits, nothing left", run.delete)

@@ -56,11 +56,17 @@ pub struct ReportArgs {
     /// An eval label of random token-level routing (repeatable; charted).
     #[arg(long = "eval-random")]
     eval_random: Vec<String>,
+    /// An eval label on a second token-level curve, e.g. a trained router's
+    /// threshold sweep (repeatable). The page says, computed, whether the
+    /// --eval-token-level curve sits above each of these at its share.
+    #[arg(long = "eval-challenger", requires = "eval_token_level")]
+    eval_challenger: Vec<String>,
     /// Eval labels of the small-only and large-only runs, SMALL,LARGE: the
     /// page checks that large-only beats small-only beyond their intervals.
     #[arg(long = "eval-ends", value_delimiter = ',')]
     eval_ends: Vec<String>,
-    /// Legend names of the token-level, query-level and random curves.
+    /// Legend names of the token-level, query-level and random curves, and
+    /// of the challenger curve when there is one.
     #[arg(long = "eval-curve-names", value_delimiter = ',')]
     eval_curve_names: Vec<String>,
     /// When the measurement began (UTC), if before this command; the page's date.
@@ -263,10 +269,18 @@ fn add_eval_verdicts(
     if !matches!(args.eval_ends.len(), 0 | 2) {
         bail!("--eval-ends expects SMALL,LARGE (two labels)");
     }
-    let names: Vec<&str> = match args.eval_curve_names.as_slice() {
-        [] => vec!["token-level", "query-level", "random token-level"],
-        [a, b, c] => vec![a, b, c],
-        _ => bail!("--eval-curve-names expects three names: TOKEN,QUERY,RANDOM"),
+    let names: [&str; 4] = match args.eval_curve_names.as_slice() {
+        [] => [
+            "token-level",
+            "query-level",
+            "random token-level",
+            "challenger",
+        ],
+        [a, b, c] => [a, b, c, "challenger"],
+        [a, b, c, d] => [a, b, c, d],
+        _ => {
+            bail!("--eval-curve-names expects three or four names: TOKEN,QUERY,RANDOM[,CHALLENGER]")
+        }
     };
     if let [small, large] = args.eval_ends.as_slice() {
         let (s, l) = (find(reports, small)?, find(reports, large)?);
@@ -292,6 +306,8 @@ fn add_eval_verdicts(
             Family::QueryLevel
         } else if args.eval_random.iter().any(|l| l == label) {
             Family::Random
+        } else if args.eval_challenger.iter().any(|l| l == label) {
+            Family::Challenger
         } else {
             Family::Other
         }
@@ -299,23 +315,33 @@ fn add_eval_verdicts(
     let tagged: Vec<(Family, &EvalReport)> =
         reports.iter().map(|r| (family(&r.label), r)).collect();
     if tagged.iter().any(|(_, r)| r.large_share.is_some()) {
-        let file = accuracy::pareto(assets, &tagged, [names[0], names[1], names[2]])?;
+        let file = accuracy::pareto(assets, &tagged, names)?;
         page.image("accuracy against large share", &format!("{stem}/{file}"));
     }
+    let found = |labels: &[String]| {
+        labels
+            .iter()
+            .map(|l| find(reports, l))
+            .collect::<Result<Vec<_>>>()
+    };
     if !args.eval_query_level.is_empty() {
-        let token = args
-            .eval_token_level
-            .iter()
-            .map(|l| find(reports, l))
-            .collect::<Result<Vec<_>>>()?;
-        let queries = args
-            .eval_query_level
-            .iter()
-            .map(|l| find(reports, l))
-            .collect::<Result<Vec<_>>>()?;
+        let (token, queries) = (
+            found(&args.eval_token_level)?,
+            found(&args.eval_query_level)?,
+        );
         page.para(
             &accuracy::verdicts(&token, &queries)
                 .context("comparing token-level with query-level accuracy")?,
+        );
+    }
+    if !args.eval_challenger.is_empty() {
+        let (token, points) = (
+            found(&args.eval_token_level)?,
+            found(&args.eval_challenger)?,
+        );
+        page.para(
+            &accuracy::verdicts_named(&token, &points, names[0], names[3])
+                .context("comparing the two token-level curves")?,
         );
     }
     Ok(())

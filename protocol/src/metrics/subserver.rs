@@ -17,6 +17,10 @@ pub const NUM_REQUESTS_PENDING: &str = "tokenrouter_num_requests_pending";
 pub const KV_CACHE_USAGE_PERC: &str = "tokenrouter_kv_cache_usage_perc";
 /// Gauge `{model}`: the current delayed-batching threshold B.
 pub const DELAYED_BATCHING_THRESHOLD: &str = "tokenrouter_delayed_batching_threshold";
+/// Gauge `{model, concurrency}`: the delayed-batching table in force, B at each
+/// active concurrency `1..=len` (beyond it the last entry holds). It changes
+/// when the tune loop pushes a table (`PUT /admin/thresholds`).
+pub const DELAYED_BATCHING_TABLE: &str = "tokenrouter_delayed_batching_table";
 /// Gauge `{model}`: the policy's routing threshold as `target_large_share`
 /// steers it (set by the entry model).
 pub const ROUTING_THRESHOLD: &str = "tokenrouter_routing_threshold";
@@ -79,6 +83,11 @@ pub const ALL: &[MetricDef] = &[
     MetricDef::new(NUM_REQUESTS_PENDING, MetricKind::Gauge, MODEL),
     MetricDef::new(KV_CACHE_USAGE_PERC, MetricKind::Gauge, MODEL),
     MetricDef::new(DELAYED_BATCHING_THRESHOLD, MetricKind::Gauge, MODEL),
+    MetricDef::new(
+        DELAYED_BATCHING_TABLE,
+        MetricKind::Gauge,
+        &["model", "concurrency"],
+    ),
     MetricDef::new(ROUTING_THRESHOLD, MetricKind::Gauge, MODEL),
     MetricDef::new(ACTIVE_CONCURRENCY, MetricKind::Gauge, MODEL),
     MetricDef::new(

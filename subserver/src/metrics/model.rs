@@ -129,6 +129,25 @@ impl ModelMetrics {
         self.threshold.set(to_i64(b));
     }
 
+    /// Shows the delayed-batching table in force: one series per active
+    /// concurrency `1..=table.len()`; series of a longer, older table go.
+    pub fn set_threshold_table(&self, table: &[usize]) {
+        let gauge = &self.shared.threshold_table;
+        let mut n = table.len() + 1;
+        // Older tables never reach past the largest table the tuner writes.
+        while gauge
+            .remove_label_values(&[self.model.as_str(), &n.to_string()])
+            .is_ok()
+        {
+            n += 1;
+        }
+        for (i, b) in table.iter().enumerate() {
+            gauge
+                .with_label_values(&[self.model.as_str(), &(i + 1).to_string()])
+                .set(to_i64(*b));
+        }
+    }
+
     /// Sets the number of active requests in the group.
     pub fn set_concurrency(&self, n: usize) {
         self.concurrency.set(to_i64(n));
@@ -414,6 +433,26 @@ mod tests {
         assert_eq!(e.value(names::NUM_REQUESTS_WAITING, &m), Some(1.0));
         assert_eq!(e.value(names::NUM_REQUESTS_PENDING, &m), Some(2.0));
         assert_eq!(e.value(names::DELAYED_BATCHING_THRESHOLD, &m), Some(2.0));
+    }
+
+    #[test]
+    fn the_table_gauge_shows_the_table_in_force_and_drops_older_entries() {
+        let (registry, quick) = setup();
+        quick.set_threshold_table(&[1, 2, 3]);
+        quick.set_threshold_table(&[4, 5]);
+        let (text, e) = scrape(&registry);
+        let at = |c: &str| {
+            e.value(
+                names::DELAYED_BATCHING_TABLE,
+                &[("model", "quick"), ("concurrency", c)],
+            )
+        };
+        assert_eq!((at("1"), at("2")), (Some(4.0), Some(5.0)), "{text}");
+        assert_eq!(
+            at("3"),
+            None,
+            "the older table's third entry is gone:\n{text}"
+        );
     }
 
     #[test]

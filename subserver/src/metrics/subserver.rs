@@ -18,6 +18,7 @@ pub struct SubserverMetrics {
     pub(super) pending: IntGaugeVec,
     pub(super) kv_usage: GaugeVec,
     pub(super) threshold: IntGaugeVec,
+    pub(super) threshold_table: IntGaugeVec,
     pub(super) routing_threshold: GaugeVec,
     pub(super) concurrency: IntGaugeVec,
     pub(super) step_latency: HistogramVec,
@@ -61,6 +62,11 @@ impl SubserverMetrics {
                 names::DELAYED_BATCHING_THRESHOLD,
                 "Current delayed-batching threshold B: runnable requests needed to start a step.",
                 model,
+            )?,
+            threshold_table: int_gauge(
+                names::DELAYED_BATCHING_TABLE,
+                "Delayed-batching table in force: B at each active concurrency (beyond the last, the last holds).",
+                &["model", "concurrency"],
             )?,
             routing_threshold: GaugeVec::new(
                 Opts::new(
@@ -202,6 +208,10 @@ impl SubserverMetrics {
             (
                 names::DELAYED_BATCHING_THRESHOLD,
                 Box::new(self.threshold.clone()),
+            ),
+            (
+                names::DELAYED_BATCHING_TABLE,
+                Box::new(self.threshold_table.clone()),
             ),
             (
                 names::ROUTING_THRESHOLD,

@@ -345,6 +345,9 @@ impl SchedulerStats {
     }
 
     pub(crate) fn set_threshold_table(&self, table: Vec<usize>) {
+        if let Some(m) = self.metrics() {
+            m.set_threshold_table(&table);
+        }
         self.with(|s| s.threshold_table = table);
     }
 }
