@@ -271,6 +271,7 @@ class Run:
         if self.forward:
             self.forward.terminate()
             self.forward.wait()
+            self.forward = None
 
 
 def parser():

@@ -76,11 +76,22 @@ class Flow(Run):
         running = wait_until("both groups' entry pods running requests", both_busy, 120, 1)
         return f"groups={self.status().get('groups')} running per entry pod={running}"
 
+    def close(self):
+        """Ends the load clients too (a failed step leaves them streaming, and the
+        interpreter would wait for their threads)."""
+        for stop in getattr(self, "stops", []):
+            stop.set()
+        super().close()
+
     def admin(self, pod, method, path, body=None):
         """A subserver's admin endpoint, with the resource's admin token (its Secret)."""
         if not getattr(self, "admin_token", None):
-            data = kjson("-n", self.ns, "get", "secret", f"{self.name}-admin-token")["data"]["token"]
-            self.admin_token = base64.b64decode(data).decode()
+            secret = kjson("-n", self.ns, "get", "secret", f"{self.name}-admin-token")
+            # The kit stores built-in kinds as written: `stringData` is not folded into `data`.
+            if "token" in (secret.get("data") or {}):
+                self.admin_token = base64.b64decode(secret["data"]["token"]).decode()
+            else:
+                self.admin_token = secret["stringData"]["token"]
         port = admin_port(pod)
         req = urllib.request.Request(
             f"http://{pod['status']['podIP']}:{port}{path}", method=method,
@@ -270,6 +281,7 @@ def main():
         run.step("load stops: scale-down drains, no failed request", run.scale_down)
         run.step("model pod killed mid-stream: error, restart, Ready", run.kill_mid_stream)
         run.step("kubectl delete trd: SIGTERM exits, nothing left", run.delete)
+        run.close()  # frees the local port for the next resource's port-forward
         me = Sub(args, variant(run, os.path.join(ROOT, "examples", "k8s", "me-three-models.yaml"),
                                os.path.join(args.out, "me-cpu.json"), me_on_cpu), "me")
         me.step_no = run.step_no
