@@ -7,6 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
+pub mod chromium;
 pub mod proc;
 pub mod stream;
 mod subserver;
