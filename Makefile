@@ -157,11 +157,12 @@ lint:
 
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing).
-# The node's end-to-end flow (test-node-flow) is not part of it yet: it does
-# not pass on the node (issue 21); its unit tests (test-localnode) are.
+# Last, the Kubernetes flow end to end on the local node (test-node-flow,
+# about 8 minutes): real pods of the chart, the examples and the operator.
 test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry test-localnode
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
+	$(MAKE) --no-print-directory test-node-flow
 
 # Every page under docs/results/ that a benchmark writes, each written whole
 # by its own target (engine first: ablation reads the profile it saves). Raw
@@ -339,8 +340,10 @@ node-binaries: build
 test-localnode: k8s-kit
 	$(LOCALNODE_PY) -W error -m unittest discover -s tools/localnode -p 'test_*.py'
 
-# The Kubernetes flow end to end on the node (issue 21 item 2): chart, operator pod,
-# weights on a PVC, the CPU example to Ready, completions, kill, delete.
+# The Kubernetes flow end to end on the node (issue 21 item 2, part of `make test`):
+# chart, operator pod, weights on a PVC, the CPU example to Ready, completions,
+# autoscaling, drain, kill, delete; the tune loop on a simulated pair; the
+# three-model example; the GPU example up to its processes.
 test-node-flow: k8s-kit venv-openai assets node-binaries test-localnode
 	$(WITH_NODE) $(TARGET_DIR)/node-flow-state $(PY) tests/k8s_node/flow.py --out $(TARGET_DIR)/node-flow
 

@@ -203,7 +203,10 @@ fn route_trace_page_colours_tokens_in_headless_chromium() {
         &url,
         "['done', 'error'].includes(document.body.dataset.state)",
     );
-    assert!(dom.contains("data-state=\"done\""), "the answer did not finish:\n{dom}");
+    assert!(
+        dom.contains("data-state=\"done\""),
+        "the answer did not finish:\n{dom}"
+    );
     let spans: Vec<&str> = dom.split("<span class=\"tok\"").skip(1).collect();
     assert!(spans.len() >= 2, "too few token spans:\n{dom}");
     let writers: Vec<&str> = spans

@@ -125,3 +125,40 @@ fn sigterm_cancels_what_outlives_the_drain_deadline() {
     assert!(!req.stdout().contains("\"finished\""));
     req.wait_exit();
 }
+
+#[test]
+fn sigterm_while_waiting_for_peer_dns_exits_at_once() {
+    // A pod deleted before it serves (its peers' names do not resolve yet)
+    // must not wait out its grace period: it exits 0 there and then.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), 5.0);
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    let reference = text
+        .split("reference: \"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .to_string();
+    std::fs::write(
+        &cfg,
+        text.replace(&reference, "reference-0.not-yet.invalid:7000"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(common::binary());
+    cmd.args(["subserver", "--config"])
+        .arg(&cfg)
+        .args(["--model", "quick"])
+        .env("RUST_LOG", "info");
+    let mut quick = Proc::spawn("subserver quick", cmd);
+    quick.wait_line("the DNS wait", |l| {
+        l.contains("waiting for the peers' DNS names")
+    });
+    quick.terminate();
+    let status = quick.wait_exit();
+    assert!(status.success(), "{status:?}:\n{}", quick.output());
+    assert!(
+        quick.stderr().contains("stopped before it served"),
+        "{}",
+        quick.output()
+    );
+}

@@ -220,4 +220,24 @@ mod tests {
         let mut h = History::default();
         assert_eq!(decide(&s, 1, Some(1_000_000), 0.0, &mut h).groups, 3);
     }
+
+    #[test]
+    fn from_zero_groups_a_waiting_request_starts_one_and_idle_returns_to_zero() {
+        // minGroups 0: the gateway stays ready with no group and counts the
+        // requests waiting for one, so its load is a figure, not missing.
+        let s = spec(0, 3, 4, 0, 60);
+        let mut h = History::default();
+        let d = decide(&s, 0, Some(0), 0.0, &mut h);
+        assert_eq!((d.groups, d.reason), (0, Reason::Stable));
+        let d = decide(&s, 0, Some(1), 1.0, &mut h);
+        assert_eq!((d.groups, d.reason), (1, Reason::ScaleUp));
+        // No gateway answering (e.g. it restarts): hold at zero, do not deadlock
+        // on a bound.
+        let d = decide(&s, 0, None, 2.0, &mut h);
+        assert_eq!((d.groups, d.reason), (0, Reason::MetricsMissing));
+        // Idle for a whole scale-down window: back to zero.
+        assert_eq!(decide(&s, 1, Some(0), 30.0, &mut h).groups, 1);
+        let d = decide(&s, 1, Some(0), 62.0, &mut h);
+        assert_eq!((d.groups, d.reason), (0, Reason::ScaleDown));
+    }
 }

@@ -68,7 +68,8 @@ pub fn run(args: SubserverArgs) -> Result<()> {
     access.check().map_err(anyhow::Error::msg)?;
     let drain_timeout = Duration::try_from_secs_f64(args.drain_timeout_s)
         .map_err(|e| anyhow::anyhow!("--drain-timeout-s {}: {e}", args.drain_timeout_s))?;
-    // Before the load: a SIGTERM during it is kept, and acted on once loaded.
+    // Before the load: a SIGTERM while it waits for DNS or loads ends the
+    // process at once (nothing is in flight), one after it drains.
     let stop = StopSignal::install()?;
     let mut cfg = EngineConfig::from_file(&args.config)?;
     if let Some(on) = args.cuda_graphs {
@@ -85,6 +86,7 @@ pub fn run(args: SubserverArgs) -> Result<()> {
         .admin
         .or_else(|| port.map(|p| SocketAddr::from(([0, 0, 0, 0], p))));
     let svc = MemberService::start_with_access(&cfg, &model, admin, access)?;
+    stop.serving();
     eprintln!(
         "subserver `{}` running (model {} of {}){}",
         model,
@@ -116,6 +118,7 @@ fn run_group(
     drain_timeout: Duration,
 ) -> Result<()> {
     let svc = Service::start_with_access(cfg, admin, access)?;
+    stop.serving();
     eprintln!(
         "subserver group running ({} models){}",
         cfg.model_names().len(),
@@ -134,9 +137,13 @@ fn run_group(
 }
 
 /// SIGTERM (what a kubelet sends PID 1) or ctrl-c, registered at once and
-/// awaited on a thread of its own, which wakes the main thread.
+/// awaited on a thread of its own. Before [`StopSignal::serving`] the process
+/// exits there and then (a pod deleted while it waits for its peers' DNS
+/// names or loads its weights must not wait out its grace period); after it,
+/// the thread wakes the main thread, which drains.
 struct StopSignal {
     flag: Arc<AtomicBool>,
+    serving: Arc<AtomicBool>,
 }
 
 impl StopSignal {
@@ -151,7 +158,8 @@ impl StopSignal {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?
         };
         let flag = Arc::new(AtomicBool::new(false));
-        let (set, main) = (flag.clone(), std::thread::current());
+        let serving = Arc::new(AtomicBool::new(false));
+        let (set, up, main) = (flag.clone(), serving.clone(), std::thread::current());
         std::thread::Builder::new()
             .name("stop-signal".into())
             .spawn(move || {
@@ -162,9 +170,18 @@ impl StopSignal {
                     }
                 });
                 set.store(true, Ordering::SeqCst);
+                if !up.load(Ordering::SeqCst) {
+                    eprintln!("subserver stopped before it served (nothing in flight)");
+                    std::process::exit(0);
+                }
                 main.unpark();
             })?;
-        Ok(Self { flag })
+        Ok(Self { flag, serving })
+    }
+
+    /// The service runs: a stop from now on drains it.
+    fn serving(&self) {
+        self.serving.store(true, Ordering::SeqCst);
     }
 
     fn received(&self) -> bool {

@@ -1,7 +1,9 @@
 """The Kubernetes flow end to end on the local node (issue 21 item 2), run by `make test-node-flow`
-(not yet in `make test`) inside with_node.sh: the e2e steps for examples/k8s/smollm2-cpu.yaml with
-both models writing tokens, then autoscaling under concurrent load, a model pod killed
-mid-stream, the load-free scale-down, and `kubectl delete trd`."""
+(the last part of `make test`) inside with_node.sh: the e2e steps for examples/k8s/smollm2-cpu.yaml
+with both models writing tokens, then autoscaling under concurrent load, the drain back, a model
+pod killed mid-stream, and `kubectl delete trd`; the tune loop answering a routing change on the
+same example served by the simulator; me-three-models.yaml on the CPU to completions; and the GPU
+example up to its processes' start and their exit on delete."""
 import argparse
 import base64
 import concurrent.futures
@@ -59,11 +61,7 @@ class Flow(Run):
         kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
             {"spec": {"autoscaling": {"targetConcurrencyPerGroup": 2, "scaleUpStabilizationSeconds": 0,
                                       "maxGroups": 2}}}))
-        self.stops = [threading.Event() for _ in range(4)]
-        self.load_results = []
-        self.pool = concurrent.futures.ThreadPoolExecutor(4)
-        for stop in self.stops:
-            self.pool.submit(self.stream_load, stop, self.load_results)
+        self.load(4, 400)
         wait_until("a second group Ready", lambda: (self.status().get("groups", 0) >= 2, self.status()), 300, 2)
         pods = self.entry_pods()
         assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
@@ -120,31 +118,23 @@ class Flow(Run):
             out[pod["metadata"]["name"]] = {m: [t[c] for c in sorted(t)] for m, t in table.items()}
         return out
 
-    def tune(self):
-        """Under the running load: the tune loop settles on a table for the current routing (a
-        `kept` round), a routing change (every entry pod's live R-Stitch threshold) makes it
-        push a different one, and every serving pod shows that table in /metrics."""
-        kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
-            {"spec": {"tuning": {"intervalSeconds": 3, "minSamples": 40, "hysteresis": 0.05,
-                                 "maxConcurrency": 4}}}))
-
+    def tune(self, new_probability=0.6):
+        """Under load: the tune loop settles on a table for the first routing (a `kept` round), a
+        routing change (every entry pod's live Random probability) makes it push a different
+        one, and every serving pod shows that table in /metrics."""
         def tuning():
             st = self.status()
             return (st.get("tuning") or {}), ((st.get("thresholds") or {}).get("table") or {})
         settled = wait_until("a kept round under the first routing",
                              lambda: (tuning()[0].get("lastResult") == "kept", tuning()), 240, 1)
         before = settled[1]
-        old = [self.admin(p, "GET", "/admin/routing_threshold")["routing_threshold"] for p in self.entry_pods()]
-        # R-Stitch hands a token over when the small model's entropy exceeds tau: at 0.05 the large
-        # model writes most tokens. (Not 1.0: with no hand-over the large model makes no routing
-        # decisions, and the loop rightly refuses to estimate from too few samples.)
         for pod in self.entry_pods():
-            self.admin(pod, "PUT", "/admin/routing_threshold", {"routing_threshold": 0.05})
+            self.admin(pod, "PUT", "/admin/routing_threshold", {"routing_threshold": new_probability})
 
         def pushed_new():
             t, table = tuning()
             return t.get("lastResult") == "pushed" and table and table != before, (t.get("lastResult"), table)
-        _, after = wait_until("a pushed table for the new routing", pushed_new, 240, 1)
+        _, after = wait_until(f"a pushed table for probability {new_probability}", pushed_new, 240, 1)
 
         def shown():
             seen = self.tables_in_metrics()
@@ -152,9 +142,26 @@ class Flow(Run):
             ok = bool(seen) and all(all(tab.get(m) == want[m] for m in tab) and tab for tab in seen.values())
             return ok, {"want": want, "seen": seen}
         shown_info = wait_until("every serving pod shows the pushed table in /metrics", shown, 60, 1)
-        for pod, tau in zip(self.entry_pods(), old):
-            self.admin(pod, "PUT", "/admin/routing_threshold", {"routing_threshold": tau})
-        return f"B before {before}, after tau 0.05: {after}; on {len(shown_info['seen'])} pods"
+        p = self.status().get("tuning", {}).get("estimate") or {}
+        return (f"B before {before}, after p={new_probability}: {after}; on {len(shown_info['seen'])} pods; "
+                f"estimate {json.dumps(p.get('models'))[:300]}")
+
+    def load(self, clients, max_tokens):
+        """`clients` streaming clients until close()."""
+        self.stops = [threading.Event() for _ in range(clients)]
+        self.load_results = []
+        self.pool = concurrent.futures.ThreadPoolExecutor(clients)
+        for stop in self.stops:
+            self.pool.submit(self.stream_load, stop, self.load_results, max_tokens)
+        return f"{clients} clients streaming up to {max_tokens} tokens"
+
+    def stop_load(self):
+        for stop in self.stops:
+            stop.set()
+        self.pool.shutdown(wait=True)
+        failed = [r for r in self.load_results if r != "ok"]
+        assert not failed, f"{len(failed)} of {len(self.load_results)} requests failed: {failed[:3]}"
+        return f"{len(self.load_results)} requests, none failed"
 
     def scale_down(self):
         """Most of the load stops; one client keeps streaming through the drain of the second
@@ -224,20 +231,41 @@ def me_on_cpu(spec):
     spec.pop("nodePool", None)
 
 
+# Step latency of the simulated pair: nearly free batching, as on a GPU. (On the 1-CPU pods of the
+# CPU example a step costs about batch-proportional time, B=1 is near-optimal at any routing, and
+# whether a routing change moves B is measurement noise.) With these latencies the tuner's optimum
+# for the reference is B=1 at a large share of 0.1 and B>=2 from concurrency 2 at 0.6.
+SIM_LATENCY_MS = {"quick": {"base": 10.0, "per_seq": 0.3}, "reference": {"base": 30.0, "per_seq": 0.6}}
+
+
+def sim_tuning(spec):
+    """The CPU example on the simulator (same tokenizers), Random routing at p=0.1, one group of
+    concurrency 4, the tune loop every 3 s."""
+    spec["backend"] = "sim"
+    for m in spec["models"]:
+        m["sim"] = {"latency_ms": SIM_LATENCY_MS[m["name"]], "vocab_size": 49152}
+    spec["policy"] = {"class": "Random", "kwargs": {"probability": 0.1}}
+    spec["autoscaling"] = {"enabled": False}
+    spec["groups"] = 1
+    spec["tuning"] = {"intervalSeconds": 3, "minSamples": 40, "hysteresis": 0.05, "maxConcurrency": 4}
+
+
 def gpu_short_of_cuda(spec):
     """The GPU example as written, except what needs a Prometheus operator (ServiceMonitor CRD)."""
     spec["serviceMonitor"] = False
 
 
 class Sub(Flow):
-    """Another resource in its own namespace, with stand-in weights (qwen3-tiny for every Qwen3)."""
+    """Another resource in its own namespace, with stand-in weights (qwen3-tiny for every Qwen3)
+    unless `stand_in` is false."""
 
-    def __init__(self, args, trd, ns):
+    def __init__(self, args, trd, ns, stand_in=True):
         a = argparse.Namespace(**vars(args))
         a.trd, a.ns = trd, ns
         super().__init__(a)
         self.load_trd()
-        self.weights_alias = {m["source"]["pvc"]["subPath"]: "qwen3-tiny" for m in self.spec["models"]}
+        if stand_in:
+            self.weights_alias = {m["source"]["pvc"]["subPath"]: "qwen3-tiny" for m in self.spec["models"]}
 
     def processes_start(self):
         """Every model pod's container started with its weights, config and env in place."""
@@ -279,14 +307,24 @@ def main():
         base_steps(run)
         run.step("completion through the openai SDK, both models write", run.completions, True)
         run.step("concurrent load adds a group, requests spread", run.autoscale)
-        run.step("a routing change: the tune loop pushes a new B, shown in /metrics", run.tune)
         run.step("load stops: scale-down drains, no failed request", run.scale_down)
         run.step("model pod killed mid-stream: error, restart, Ready", run.kill_mid_stream)
         run.step("kubectl delete trd: SIGTERM exits, nothing left", run.delete)
         run.close()  # frees the local port for the next resource's port-forward
+        sim = Sub(args, variant(run, args.trd, os.path.join(args.out, "sim-tuning.json"), sim_tuning), "sim",
+                  stand_in=False)
+        sim.step_no = run.step_no
+        sim.step("simulated pair: weights (tokenizers)", sim.weights)
+        sim.step("simulated pair: apply -> Ready", sim.apply_ready)
+        sim.step("simulated pair: port-forward", sim.port_forward)
+        sim.step("simulated pair: load at concurrency 4", sim.load, 4, 200)
+        sim.step("a routing change: the tune loop pushes a new B, shown in /metrics", sim.tune)
+        sim.step("simulated pair: load stops, no failed request", sim.stop_load)
+        sim.step("simulated pair: delete", sim.delete)
+        sim.close()
         me = Sub(args, variant(run, os.path.join(ROOT, "examples", "k8s", "me-three-models.yaml"),
                                os.path.join(args.out, "me-cpu.json"), me_on_cpu), "me")
-        me.step_no = run.step_no
+        me.step_no = sim.step_no
         me.step("me-three-models on CPU: weights", me.weights)
         me.step("me-three-models on CPU: apply -> Ready", me.apply_ready)
         me.step("me-three-models on CPU: port-forward", me.port_forward)
