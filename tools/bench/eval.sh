@@ -8,6 +8,11 @@
 # trains) at each threshold of R2R_THRESHOLDS and at its calibrated one; one
 # results page with a Pareto chart and computed verdicts.
 source "$(dirname "$0")/common.sh"
+# The command as typed: overrides of the sweep's settings are part of it.
+COMMAND="make bench-eval"
+for v in LIMIT MAX_TOKENS N TAUS R2R_THRESHOLDS DATA; do
+  if [ -n "${!v+x}" ]; then COMMAND="$v=\"${!v}\" $COMMAND"; fi
+done
 LIMIT=${LIMIT:-300}
 MAX_TOKENS=${MAX_TOKENS:-32}
 N=${N:-8}
@@ -94,7 +99,7 @@ if [ -n "$default_file" ]; then
   targets+=(--verdict "default group ($DEFAULT_LABEL) accuracy / large-only|>=|0.8|$ratio"
             --verdict "default group ($DEFAULT_LABEL) large share|<=|0.4|$(share "$default_file")")
 fi
-"$BIN" report --title "Accuracy on the project's short-answer set" --command "make bench-eval" \
+"$BIN" report --title "Accuracy on the project's short-answer set" --command "$COMMAND" \
   --out "$PAGE" "${since[@]}" "${args[@]}" --eval-ends small-only,large-only \
   "${curve[@]}" "${queries[@]}" "${randoms[@]}" "${challengers[@]}" "${targets[@]}" \
   --eval-curve-names "R-Stitch τ sweep (token-level),query-level (prompt entropy),Random (token-level),R2R threshold sweep (trained router)" \
