@@ -142,7 +142,7 @@ class Flow(Run):
             ok = bool(seen) and all(all(tab.get(m) == want[m] for m in tab) and tab for tab in seen.values())
             return ok, {"want": want, "seen": seen}
         shown_info = wait_until("every serving pod shows the pushed table in /metrics", shown, 60, 1)
-        p = self.status().get("tuning", {}).get("estimate") or {}
+        p = (self.status().get("tuning") or {}).get("estimate") or {}
         return (f"B before {before}, after p={new_probability}: {after}; on {len(shown_info['seen'])} pods; "
                 f"estimate {json.dumps(p.get('models'))[:300]}")
 
@@ -172,11 +172,7 @@ class Flow(Run):
             {"spec": {"autoscaling": {"scaleDownStabilizationSeconds": 0}}}))
         wait_until("back to one group", lambda: (len(self.entry_pods()) == 1 and self.status().get("groups") == 1,
                                                  self.status()), 300, 2)
-        self.stops[0].set()
-        self.pool.shutdown(wait=True)
-        failed = [r for r in self.load_results if r != "ok"]
-        assert not failed, f"{len(failed)} of {len(self.load_results)} requests failed: {failed[:3]}"
-        return f"{len(self.load_results)} requests across scale-up and drain, none failed; 1 group left"
+        return f"{self.stop_load()} across scale-up and drain; 1 group left"
 
     def kill_mid_stream(self):
         victim = next(p for p in kjson("-n", self.ns, "get", "pods", "-l",
