@@ -9,7 +9,7 @@ use subserver::config::EngineConfig;
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Engine config (YAML); default: the built-in SmolLM2 pair with R-Stitch.
+    /// Engine config (YAML); default: the built-in SmolLM2 pair with R2R.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Address to bind (overrides `gateway.host`).

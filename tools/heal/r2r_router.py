@@ -48,6 +48,12 @@ def parse():
     p.add_argument("--target-share", type=float, default=0.3,
                    help="share of held-out positions the calibrated threshold sends to the large model")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--critical-prob", type=float, default=0.0,
+                   help="count a difference only where the large model gives the small model's token "
+                        "less than this probability (0: off)")
+    p.add_argument("--critical-margin", type=float, default=0.0,
+                   help="count a difference only where the large model's top-1 probability leads the "
+                        "small model's token by more than this (0: off)")
     return p.parse_args()
 
 
@@ -105,10 +111,15 @@ class Router(nn.Module):
 
 
 @torch.no_grad()
-def features(model, items, topk, batch=16):
+def features(model, items, topk, critical_prob=0.0, critical_margin=0.0, batch=16):
     """Teacher-forced, at every answer position: the small model's final
     hidden state, its top-k raw logits (sorted), its top-1 token, and the
-    label (1 where that token differs from the teacher's top-1)."""
+    label: 1 where that token differs from the teacher's top-1.
+
+    The two `critical_*` bars are cheap stand-ins for R2R's "critical
+    divergence" (a difference that changes the answer), from the teacher's
+    kept top-k alone (a token outside it has probability 0). On the CPU
+    pair both lost to the plain label (README), so both are off by default."""
     hs, tops, toks, labels = [], [], [], []
     for s in range(0, len(items), batch):
         chunk = items[s:s + batch]
@@ -120,7 +131,15 @@ def features(model, items, topk, batch=16):
             hs.append(h.float())
             tops.append(top)
             toks.append(idx[:, 0])
-            labels.append((idx[:, 0] != x["idx"][:, 0]).float())
+            small_top = idx[:, 0]
+            differs = small_top != x["idx"][:, 0]
+            hit = x["idx"] == small_top[:, None]
+            p_small = torch.where(hit, x["vals"].float().exp(), torch.zeros(())).sum(-1)
+            if critical_prob > 0:
+                differs &= p_small < critical_prob
+            if critical_margin > 0:
+                differs &= x["vals"][:, 0].float().exp() - p_small > critical_margin
+            labels.append(differs.float())
     return torch.cat(hs), torch.cat(tops), torch.cat(toks), torch.cat(labels)
 
 
@@ -166,7 +185,7 @@ def main():
     if not train_items or not calib_items or not test_items:
         raise SystemExit("r2r_router.py: the teacher file needs training and at least 2 held-out prompts")
     small = AutoModelForCausalLM.from_pretrained(a.small, dtype=torch.float32).eval()
-    train, calib, test = (features(small, xs, a.topk) for xs in (train_items, calib_items, test_items))
+    train, calib, test = (features(small, xs, a.topk, a.critical_prob, a.critical_margin) for xs in (train_items, calib_items, test_items))
     embeddings = small.get_input_embeddings().weight.detach().float().clone()
     del small
     features_s = time.time() - t0
@@ -210,6 +229,7 @@ def main():
               "calibration_prompts": len(calib_items), "calibration_positions": len(calib[0]),
               "test_prompts": len(test_items), "test_positions": len(test[0]),
               "test_divergence_rate": round(test[3].mean().item(), 4),
+              "critical_prob": a.critical_prob, "critical_margin": a.critical_margin,
               "target_share": a.target_share, "held_out": at_threshold(test_p, test[3], threshold),
               "held_out_auc": auc(test_p, test[3]),
               "held_out_sweep": sweep, "topk": a.topk, "hidden_dims": dims,
