@@ -146,8 +146,17 @@ pub fn estimate(
     let mut transition = vec![vec![0.0; m]; m];
     let mut credit = vec![vec![0.0; m]; m];
     let mut decisions = vec![0.0; m];
+    let unvisited = unvisited_models(&counts);
     for from in 0..m {
         let total: f64 = counts[from].iter().sum();
+        if unvisited[from] && (total.is_nan() || total < options.min_decisions) {
+            // Nothing routes to it, so the chain never enters it and its row cannot move
+            // the throughput: a hand-back to the entry stands in, instead of refusing every
+            // round for as long as the routing keeps it idle.
+            decisions[from] = total;
+            transition[from][0] = 1.0;
+            continue;
+        }
         if total.is_nan() || total < options.min_decisions {
             return Err(TunerError::TooFewSamples {
                 what: format!(
@@ -168,7 +177,7 @@ pub fn estimate(
         }
     }
 
-    let (latency, latency_samples) = latency_tables(series, &names, &index, options)?;
+    let (latency, latency_samples) = latency_tables(series, &names, &index, options, &unvisited)?;
     let concurrency = series
         .named(CONCURRENCY)
         .map(|(_, v)| v)
@@ -191,13 +200,23 @@ pub fn estimate(
     })
 }
 
+/// Per model (entry first), whether no other model handed it a decision in the window: the
+/// chain then never enters it. The entry model is always visited (requests start there).
+fn unvisited_models(counts: &[Vec<f64>]) -> Vec<bool> {
+    (0..counts.len())
+        .map(|to| to != 0 && (0..counts.len()).all(|from| from == to || counts[from][to] == 0.0))
+        .collect()
+}
+
 /// Per model: a latency table over the batch sizes with at least `min_latency_samples` steps,
-/// and the steps behind it.
+/// and the steps behind it. An unvisited model with no such batch size borrows the entry
+/// model's latency (its value cannot matter to a chain that never enters it).
 fn latency_tables(
     series: &MetricSeries,
     names: &[String],
     index: &dyn Fn(&str, &str) -> Result<usize, TunerError>,
     options: &EstimateOptions,
+    unvisited: &[bool],
 ) -> Result<(Vec<StepLatency>, Vec<f64>), TunerError> {
     // (model, batch) -> (seconds, steps)
     let mut points: BTreeMap<(usize, usize), (f64, f64)> = BTreeMap::new();
@@ -213,7 +232,7 @@ fn latency_tables(
             }
         }
     }
-    let mut latency = Vec::with_capacity(names.len());
+    let mut latency: Vec<StepLatency> = Vec::with_capacity(names.len());
     let mut samples = vec![0.0; names.len()];
     for (model, name) in names.iter().enumerate() {
         let mine = points.range((model, 0)..(model + 1, 0));
@@ -226,6 +245,7 @@ fn latency_tables(
             })
             .collect();
         latency.push(match kept.len() {
+            0 if unvisited[model] && model > 0 => latency[0].clone(),
             0 => {
                 return Err(TunerError::TooFewSamples {
                     what: format!(
@@ -376,6 +396,48 @@ tokenrouter_active_concurrency{model=\"reference\"} 3\n";
             err.to_string().contains("\"reference\", which is not in"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_model_nothing_routes_to_does_not_hold_the_estimate_back() {
+        // The small model kept every token: the large one decided nothing and stepped
+        // nothing. Its row and latency cannot matter to the chain, which never enters it.
+        let quick = "tokenrouter_route_decisions_total{model=\"quick\",to=\"quick\"} 900\n\
+tokenrouter_route_decisions_total{model=\"quick\",to=\"reference\"} 0\n\
+tokenrouter_route_credited_tokens_total{model=\"quick\",to=\"quick\"} 900\n\
+tokenrouter_steps_by_batch_total{model=\"quick\",batch_size=\"1\"} 100\n\
+tokenrouter_step_seconds_by_batch_total{model=\"quick\",batch_size=\"1\"} 0.6\n";
+        let texts = [MetricsText {
+            source: "quick".into(),
+            text: quick.into(),
+        }];
+        let mut o = options(300.0);
+        o.models = vec!["quick".into(), "reference".into()];
+        let e = estimate_from_metrics(&texts, &o).unwrap();
+        assert_eq!(e.transition, vec![vec![1.0, 0.0], vec![1.0, 0.0]]);
+        assert_eq!(e.decisions, vec![900.0, 0.0]);
+        assert_eq!(e.latency[1], e.latency[0]);
+        // The chain solves on it: B for the unvisited model is whatever costs nothing.
+        let tuned = crate::search::best(&e.to_inputs(None, 0.1, Some(4)).unwrap()).unwrap();
+        // Every step of the small model writes a token per sequence: 4 / 6 ms.
+        assert!(
+            (tuned.best.throughput_tok_s - 4000.0 / 6.0).abs() < 1e-6,
+            "{tuned:?}"
+        );
+        // One hand-over is a visit: then the large model's own samples are required.
+        let visited = format!(
+            "{quick}tokenrouter_route_decisions_total{{model=\"quick\",to=\"reference\"}} 1\n"
+        );
+        let texts = [MetricsText {
+            source: "quick".into(),
+            text: visited,
+        }];
+        match estimate_from_metrics(&texts, &o).unwrap_err() {
+            TunerError::TooFewSamples { what, .. } => {
+                assert!(what.contains("\"reference\""), "{what}")
+            }
+            other => panic!("expected TooFewSamples, got {other}"),
+        }
     }
 
     #[test]
