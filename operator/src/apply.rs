@@ -11,6 +11,7 @@ use crds::v1alpha1::{
 use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -162,7 +163,15 @@ async fn apply_objects(
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let services: Api<Service> = Api::namespaced(client.clone(), ns);
     let deploys: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    // Config first, so new pods find it; the gateway last.
+    // The policy and config first, so new pods start closed and find their
+    // config; the gateway last.
+    if let Some(policy) = &desired.network_policy {
+        ssa(
+            &Api::<NetworkPolicy>::namespaced(client.clone(), ns),
+            policy,
+        )
+        .await?;
+    }
     ssa(&maps, &desired.engine_config).await?;
     ssa(&maps, &desired.groups_config).await?;
     let mut applied = Vec::new();
@@ -198,6 +207,16 @@ async fn remove_stale(trd: &TokenRouterDeployment, ctx: &Context, ns: &str) -> R
         if !keep.contains(&name) {
             services.delete(&name, &DeleteParams::background()).await?;
             removed.push(format!("service/{name}"));
+        }
+    }
+    if ctx.settings.network.is_none() {
+        // Rendering switched off: a policy an earlier run applied goes too.
+        let policies: Api<NetworkPolicy> = Api::namespaced(ctx.client.clone(), ns);
+        let name = build::network::name(trd);
+        match policies.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => removed.push(format!("networkpolicy/{name}")),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(removed)
@@ -394,6 +413,7 @@ async fn apply_all(
             replicas: plan.replicas,
             listed_groups: plan.listed,
             thresholds: thresholds.table.clone(),
+            network: ctx.settings.network.clone(),
         },
     );
     let partition = roll::apply_partition(&mut desired_objs, &existing_sets, plan.replicas);

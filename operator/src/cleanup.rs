@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -50,6 +51,7 @@ pub async fn cleanup(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Resu
     n += delete_owned(Api::<Service>::namespaced(c.clone(), &ns), &selector).await?;
     n += delete_owned(Api::<ConfigMap>::namespaced(c.clone(), &ns), &selector).await?;
     n += delete_owned(Api::<Secret>::namespaced(c.clone(), &ns), &selector).await?;
+    n += delete_owned(Api::<NetworkPolicy>::namespaced(c.clone(), &ns), &selector).await?;
     let monitors: Api<kube::api::DynamicObject> =
         Api::namespaced_with(c, &ns, &build::service_monitor_resource());
     // No ServiceMonitor kind or object: nothing to do.

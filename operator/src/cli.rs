@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
+use tracing::warn;
 use warp::Filter;
 
+use crate::build::network::NetworkAccess;
 use crate::groups::DrainPolicy;
 use crate::metrics::Metrics;
 use crate::{names, Context, Settings};
@@ -34,6 +36,28 @@ pub struct OperatorArgs {
     /// Seconds between autoscaling decisions.
     #[arg(long, default_value_t = 15)]
     pub autoscale_period_seconds: u64,
+    /// Give every resource a NetworkPolicy that closes its serving pods'
+    /// peer and admin ports to all but its own pods and the operator.
+    /// Needs `--operator-namespace` (the operator's pod namespace).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub network_policy: bool,
+    /// The namespace the operator's pod runs in (downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub operator_namespace: Option<String>,
+    /// Labels of the operator's pods, `key=value,...`, which the policies admit.
+    #[arg(long, value_delimiter = ',', value_parser = parse_label,
+          default_value = "app.kubernetes.io/name=tokenrouter-operator")]
+    pub operator_pod_labels: Vec<(String, String)>,
+    /// Namespaces whose pods may scrape the serving pods' admin port.
+    #[arg(long, value_delimiter = ',')]
+    pub metrics_namespaces: Vec<String>,
+}
+
+fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("expected key=value, got {text:?}")),
+    }
 }
 
 async fn install_crd(client: Client) -> anyhow::Result<()> {
@@ -51,9 +75,28 @@ async fn install_crd(client: Client) -> anyhow::Result<()> {
 }
 
 impl OperatorArgs {
+    /// Who the NetworkPolicies admit; `None` when switched off, or when the
+    /// operator's namespace is unknown (run outside a pod, it could not be
+    /// admitted, and its own probes would be shut out).
+    pub fn network_access(&self) -> Option<NetworkAccess> {
+        if !self.network_policy {
+            return None;
+        }
+        let Some(ns) = self.operator_namespace.clone() else {
+            warn!("no --operator-namespace (POD_NAMESPACE): rendering no NetworkPolicy");
+            return None;
+        };
+        Some(NetworkAccess {
+            operator_namespace: ns,
+            operator_labels: self.operator_pod_labels.iter().cloned().collect(),
+            metrics_namespaces: self.metrics_namespaces.clone(),
+        })
+    }
+
     /// The reconciler settings these arguments ask for.
     pub fn settings(&self) -> Settings {
         Settings {
+            network: self.network_access(),
             drain: DrainPolicy {
                 settle: Duration::from_secs(self.drain_settle_seconds),
                 timeout: Duration::from_secs(self.drain_timeout_seconds),
@@ -90,4 +133,44 @@ pub fn run(args: OperatorArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(run_async(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OperatorArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<OperatorArgs, clap::Error> {
+        Cli::try_parse_from([&["op"][..], args].concat()).map(|c| c.args)
+    }
+
+    #[test]
+    fn network_policy_needs_the_operator_namespace_and_can_be_switched_off() {
+        let on = parse(&[
+            "--operator-namespace=tokenrouter",
+            "--operator-pod-labels=app.kubernetes.io/name=tokenrouter-operator,app.kubernetes.io/instance=tr",
+            "--metrics-namespaces=monitoring",
+        ])
+        .unwrap()
+        .network_access()
+        .unwrap();
+        assert_eq!(on.operator_namespace, "tokenrouter");
+        assert_eq!(on.operator_labels.len(), 2);
+        assert_eq!(on.operator_labels["app.kubernetes.io/instance"], "tr");
+        assert_eq!(on.metrics_namespaces, ["monitoring"]);
+        let off = parse(&["--operator-namespace=tokenrouter", "--network-policy=false"]).unwrap();
+        assert_eq!(off.network_access(), None);
+        let err = parse(&["--operator-pod-labels=nolabel"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("expected key=value"), "{err}");
+    }
 }

@@ -12,6 +12,7 @@ use kube::runtime::events::Reporter;
 use kube::Client;
 
 use crate::autoscale::History;
+use crate::build::network::NetworkAccess;
 use crate::groups::DrainPolicy;
 use crate::metrics::Metrics;
 use crate::probe::HttpProbe;
@@ -28,6 +29,8 @@ pub struct Settings {
     /// Requeue period while the resource cannot be applied (a spec problem
     /// or a missing Secret/PVC), so a fix is seen without a watch on them.
     pub recheck_period: Duration,
+    /// Who may reach the serving pods; `None`: render no NetworkPolicy.
+    pub network: Option<NetworkAccess>,
 }
 
 impl Default for Settings {
@@ -37,6 +40,7 @@ impl Default for Settings {
             autoscale_period: Duration::from_secs(15),
             resync_period: Duration::from_secs(300),
             recheck_period: Duration::from_secs(10),
+            network: None,
         }
     }
 }

@@ -1,8 +1,8 @@
 //! The Helm chart: `helm lint`, `helm template | kubernetes-validate
 //! --strict`, the committed CRD, and the security properties (issue #14
-//! item 7): the NetworkPolicy keeps the model pods' peer and admin ports
-//! inside the release, pods run non-root on a read-only root filesystem, and
-//! no RBAC rule uses a wildcard.
+//! item 7): the operator may render each resource's NetworkPolicy and is
+//! told the labels and namespace its policies admit, pods run non-root on a
+//! read-only root filesystem, and no RBAC rule uses a wildcard.
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 mod k8s_support;
@@ -10,9 +10,17 @@ mod k8s_support;
 use std::path::Path;
 use std::process::Command;
 
+use clap::Parser;
 use serde_yaml::Value;
 
 use k8s_support::{kit_path, kubernetes_validate, required};
+
+/// The operator's own command line, as its binary parses it.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    args: operator::cli::OperatorArgs,
+}
 
 fn chart() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -116,12 +124,7 @@ fn chart_ships_the_generated_crd() {
 
 #[test]
 fn chart_is_least_privilege_and_hardened() {
-    let Some((_, docs)) = render(&[
-        "--set",
-        "networkPolicy.metricsNamespaces={monitoring}",
-        "--set",
-        "networkPolicy.extraNamespaces={ai}",
-    ]) else {
+    let Some((_, docs)) = render(&["--set", "networkPolicy.metricsNamespaces={monitoring}"]) else {
         return;
     };
     // No wildcard verbs, resources or API groups in any rule.
@@ -146,67 +149,55 @@ fn chart_is_least_privilege_and_hardened() {
         assert_eq!(sc["allowPrivilegeEscalation"], Value::Bool(false));
         assert_eq!(sc["runAsNonRoot"], Value::Bool(true));
     }
-    // The NetworkPolicy: model pods' peer and admin ports open only to pods
-    // of the release (operator-managed pods and the operator), plus scrapes
-    // of the admin port from the named namespaces.
-    // One per namespace with resources: a NetworkPolicy covers only its own.
-    let policies: Vec<&Value> = docs.iter().filter(|d| kind(d) == "NetworkPolicy").collect();
-    let namespaces: Vec<&str> = policies
+    // NetworkPolicies: none in the chart (a policy covers only its own
+    // namespace); the operator renders one per resource, so it may manage
+    // them, and it is told who it is: the labels of its own pod and, through
+    // the downward API, its namespace. Its own CLI parses what the chart passes.
+    assert!(docs.iter().all(|d| kind(d) != "NetworkPolicy"));
+    let role = docs.iter().find(|d| kind(d).ends_with("Role")).unwrap();
+    let np_rule = role["rules"]
+        .as_sequence()
+        .unwrap()
         .iter()
-        .map(|p| p["metadata"]["namespace"].as_str().unwrap())
-        .collect();
-    assert_eq!(namespaces, vec!["tokenrouter", "ai"]);
-    let mut peer_open_to = Vec::new();
-    for np in policies {
-        let selected: Vec<String> = np["spec"]["podSelector"]["matchExpressions"]
+        .find(|r| r["resources"][0] == "networkpolicies")
+        .expect("an RBAC rule for networkpolicies");
+    assert_eq!(np_rule["apiGroups"][0], "networking.k8s.io");
+    for verb in ["create", "patch", "delete"] {
+        assert!(np_rule["verbs"]
+            .as_sequence()
+            .unwrap()
+            .contains(&Value::from(verb)));
+    }
+    let container = &pod["containers"][0];
+    let env_ref = container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "POD_NAMESPACE")
+        .expect("POD_NAMESPACE env");
+    assert_eq!(
+        env_ref["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    let mut argv = vec!["tokenrouter-operator".to_string()];
+    argv.extend(
+        container["args"]
             .as_sequence()
             .unwrap()
             .iter()
-            .map(|e| format!("{}={:?}", e["key"].as_str().unwrap(), e["values"]))
-            .collect();
-        assert!(selected
-            .iter()
-            .any(|s| s.starts_with("app.kubernetes.io/component=") && s.contains("model")));
-        assert_eq!(np["spec"]["policyTypes"][0], Value::from("Ingress"));
-        let ingress = np["spec"]["ingress"].as_sequence().unwrap();
-        for rule in ingress {
-            let ports: Vec<&str> = rule["ports"]
-                .as_sequence()
-                .unwrap()
-                .iter()
-                .map(|p| p["port"].as_str().unwrap())
-                .collect();
-            for from in rule["from"].as_sequence().unwrap() {
-                assert!(from.get("ipBlock").is_none(), "no IP ranges: {from:?}");
-                if ports.contains(&"peer") {
-                    peer_open_to.push(from.clone());
-                }
-                let ns = &from["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"];
-                // The operator, from the release namespace: peer and admin.
-                let operator = ns.as_str() == Some("tokenrouter")
-                    && from["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "tr";
-                if operator {
-                    continue;
-                }
-                if from.get("namespaceSelector").is_some() {
-                    assert_eq!(
-                        ports,
-                        vec!["admin"],
-                        "other namespaces reach only the admin port"
-                    );
-                } else {
-                    let labels = &from["podSelector"]["matchLabels"];
-                    let release = labels["app.kubernetes.io/instance"] == "tr";
-                    let managed = labels["app.kubernetes.io/managed-by"] == "tokenrouter-operator";
-                    assert!(release || managed, "peer/admin open to {from:?}");
-                }
-            }
-        }
+            .map(|a| a.as_str().unwrap().to_string()),
+    );
+    argv.push("--operator-namespace=tokenrouter".into());
+    let args = Cli::try_parse_from(&argv).unwrap().args;
+    let access = args.network_access().expect("policies rendered by default");
+    assert_eq!(access.operator_namespace, "tokenrouter");
+    assert_eq!(access.metrics_namespaces, ["monitoring"]);
+    let pod_labels = &deploy["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in &access.operator_labels {
+        assert_eq!(pod_labels[k.as_str()], Value::from(v.as_str()), "{k}");
     }
-    assert!(!peer_open_to.is_empty());
-    // Peer ports: managed pods of the namespace itself, or the release's
-    // operator (by its labels, in the release namespace); no other namespace.
-    assert!(peer_open_to.iter().all(|f| f.get("podSelector").is_some()
-        && f.get("namespaceSelector")
-            .is_none_or(|n| { n["matchLabels"]["kubernetes.io/metadata.name"] == "tokenrouter" })));
+    assert_eq!(
+        access.operator_labels.len(),
+        pod_labels.as_mapping().unwrap().len()
+    );
 }

@@ -17,7 +17,8 @@ KPY = os.environ.get("LOCALNODE_PYTHON",
                      os.path.join(os.environ.get("TOKENROUTER_K8S_CACHE", os.path.expanduser("~/.cache/tokenrouter-k8s")),
                                   "venv", "bin", "python"))
 LOCALNODE = os.path.join(ROOT, "tools", "localnode", "localnode.py")
-OWNED_KINDS = "pods,statefulsets,deployments,replicasets,services,configmaps,endpointslices,controllerrevisions"
+OWNED_KINDS = ("pods,statefulsets,deployments,replicasets,services,configmaps,endpointslices,controllerrevisions,"
+               "networkpolicies")
 
 
 class StepFailed(Exception):
@@ -187,6 +188,28 @@ class Run:
                            + (f" last={last.get('reason')}/{last.get('exitCode')}" if last else ""))
         return "pods: " + ("; ".join(out) or "none")
 
+    def network_policy(self):
+        """The resource's own NetworkPolicy, in its namespace: it selects every serving pod and no
+        gateway pod, and admits the running operator pod by its real labels and namespace."""
+        np = kjson("-n", self.ns, "get", "networkpolicy", f"{self.name}-model-ports")
+        sel = np["spec"]["podSelector"]["matchLabels"]
+        selector = ",".join(f"{k}={v}" for k, v in sel.items())
+        chosen = {p["metadata"]["name"] for p in kjson("-n", self.ns, "get", "pods", "-l", selector)["items"]}
+        mine = kjson("-n", self.ns, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")["items"]
+        serving = {p["metadata"]["name"] for p in mine
+                   if p["metadata"]["labels"].get("app.kubernetes.io/component") != "gateway"}
+        assert serving and chosen == serving, f"policy selects {sorted(chosen)}, serving pods {sorted(serving)}"
+        op = kjson("-n", "tokenrouter", "get", "pods", "-l", "app.kubernetes.io/name=tokenrouter-operator")["items"][0]
+        rule = np["spec"]["ingress"][0]
+        ports = sorted(p["port"] for p in rule["ports"])
+        assert ports == ["admin", "peer"], ports
+        admits_operator = any(
+            (f.get("namespaceSelector") or {}).get("matchLabels") == {"kubernetes.io/metadata.name": op["metadata"]["namespace"]}
+            and (f.get("podSelector") or {}).get("matchLabels", {}).items() <= op["metadata"]["labels"].items()
+            for f in rule["from"])
+        assert admits_operator, f"operator pod {op['metadata']['labels']} not admitted by {rule['from']}"
+        return f"networkpolicy/{self.name}-model-ports in {self.ns}: {len(chosen)} serving pods, admin+peer from own pods and the operator"
+
     def port_forward(self):
         svc = kjson("-n", self.ns, "get", "svc", f"{self.name}-gateway")
         port = svc["spec"]["ports"][0]["port"]
@@ -294,6 +317,7 @@ def base_steps(run):
     run.step("weights on PVCs", run.weights)
     run.step("API key secret", run.api_key_secret)
     run.step(f"kubectl apply {os.path.basename(run.args.trd)} -> Ready", run.apply_ready)
+    run.step("NetworkPolicy of the resource", run.network_policy)
     run.step("port-forward to the gateway Service", run.port_forward)
 
 

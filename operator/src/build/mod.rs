@@ -6,6 +6,7 @@ pub mod config;
 pub mod engine;
 pub mod gateway;
 pub mod mps;
+pub mod network;
 pub mod pod;
 pub mod serving;
 #[cfg(test)]
@@ -16,6 +17,7 @@ use std::collections::BTreeMap;
 use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Resource, ResourceExt};
@@ -49,6 +51,8 @@ pub struct Inputs {
     pub listed_groups: i32,
     /// The B table in force.
     pub thresholds: BTreeMap<String, Vec<i64>>,
+    /// Who may reach the serving pods; `None`: no NetworkPolicy.
+    pub network: Option<network::NetworkAccess>,
 }
 
 /// Everything the resource owns, built.
@@ -66,6 +70,8 @@ pub struct Desired {
     pub gateway_service: Service,
     /// A Prometheus-operator ServiceMonitor, when asked for.
     pub service_monitor: Option<DynamicObject>,
+    /// The serving pods' NetworkPolicy, when the operator renders one.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// The B table written in the spec (empty: no delayed batching).
@@ -90,6 +96,10 @@ pub fn desired(trd: &TokenRouterDeployment, inputs: &Inputs) -> Desired {
         gateway: gateway::deployment(trd, &hash),
         gateway_service: gateway::service(trd),
         service_monitor: trd.spec.service_monitor.then(|| service_monitor(trd)),
+        network_policy: inputs
+            .network
+            .as_ref()
+            .map(|a| network::network_policy(trd, a)),
     }
 }
 

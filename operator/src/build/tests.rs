@@ -40,6 +40,7 @@ fn inputs(replicas: i32) -> Inputs {
         replicas,
         listed_groups: replicas,
         thresholds: spec_thresholds(&sample()),
+        network: None,
     }
 }
 
