@@ -49,6 +49,8 @@ struct Args {
     caps: Vec<usize>,
 }
 
+#[path = "bench_ablation/context_cost.rs"]
+mod context_cost;
 #[path = "bench_ablation/verdict.rs"]
 mod verdict;
 
@@ -442,6 +444,11 @@ fn long_output(args: &Args, page: &mut Page, prof: &StepProfile, costs: &Costs) 
         ],
         &lines,
     );
+    let step = |m: usize| context_cost::StepCost {
+        fixed_ms: costs[m].0 + costs[m].1 + costs[m].2,
+        per_position_ms: costs[m].3,
+    };
+    page.para(&context_cost::explain(step(0), step(1), short, long));
     Ok(())
 }
 
