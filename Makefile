@@ -126,6 +126,9 @@ $(SMOLLM2_R2R)/router.pt: $(SMOLLM2_HEALED)/config.json $(TEACHER) tools/heal/r2
 	rm -rf $(SMOLLM2_R2R).tmp
 	$(PY) tools/heal/r2r_router.py $(TEACHER) $(SMOLLM2_HEALED) $(SMOLLM2_R2R).tmp $(ROUTER_ARGS)
 	rm -rf $(SMOLLM2_R2R) && mv $(SMOLLM2_R2R).tmp $(SMOLLM2_R2R)
+	# Also inside the healed model's directory, so a copy of it (a PVC's
+	# subPath, examples/k8s/smollm2-cpu.yaml) carries its router.
+	ln -f $(SMOLLM2_R2R)/router.pt $(SMOLLM2_HEALED)/r2r-router.pt
 
 $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 	$(BIN) gen-random --preset tiny $(QWEN3_TINY) --seed 7 --tokenizer-dir $(ASSETS)/qwen3-tokenizer
