@@ -56,6 +56,7 @@ fn load_all(trd: &TokenRouterDeployment) -> BTreeMap<String, EngineConfig> {
             replicas: 2,
             listed_groups: 2,
             thresholds: build::spec_thresholds(trd),
+            network: None,
         },
     );
     let dir = tempfile::tempdir().unwrap();
