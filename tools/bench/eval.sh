@@ -19,7 +19,6 @@ N=${N:-8}
 TAUS=${TAUS:-0.05 0.1 0.2 0.3 0.5}
 PAGE=${PAGE:-$ROOT/docs/results/eval.md}
 DATA=${DATA:-$ROOT/data/eval/short300.jsonl}
-ROUTER=${ROUTER:-${TOKENROUTER_CACHE:-$ROOT/.cache}/routers/smollm2-135m-l12-healed-r2r/router.pt}
 R2R_THRESHOLDS=${R2R_THRESHOLDS:-0.58 0.67 0.87 0.97}
 # The default group's policy (config/default.yaml) and issue 23's target for it.
 DEFAULT_LABEL=${DEFAULT_LABEL:-R2R calibrated}
