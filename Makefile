@@ -39,7 +39,7 @@ SMOLLM2_R2R  := $(CACHE)/routers/smollm2-135m-l12-healed-r2r
 EVAL_SETS    := $(wildcard $(ROOT)/data/eval/*.jsonl)
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
+.PHONY: build prefetch run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
         nvcc cuda-compile gpu-check-dry gpu-bundle
 
 # --- Python environments -----------------------------------------------------
@@ -133,9 +133,15 @@ $(SMOLLM2_R2R)/router.pt: $(SMOLLM2_HEALED)/config.json $(TEACHER) tools/heal/r2
 $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 	$(BIN) gen-random --preset tiny $(QWEN3_TINY) --seed 7 --tokenizer-dir $(ASSETS)/qwen3-tokenizer
 
+# The binary's build and the downloads `make run` needs next (the reference
+# venv, the GGUF) at once: cargo is CPU-bound, pip mostly waits on the
+# network, so a cold `make run` overlaps them instead of queueing them.
+prefetch:
+	$(MAKE) -j2 --no-print-directory build $(CACHE)/.torch-ref.stamp $(SMOLLM2_GGUF)
+
 # What `make run` serves (the default pair and its router), built before
 # anything only tests and benchmarks use.
-run-assets: build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(SMOLLM2_R2R)/router.pt
+run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(SMOLLM2_R2R)/router.pt
 
 assets: run-assets $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
 

@@ -43,8 +43,6 @@ enum Command {
     Eval(loadgen::cli::eval::EvalArgs),
     /// Write a results page from `bench` folders and `eval` results.
     Report(loadgen::cli::report::ReportArgs),
-    /// Run the Kubernetes operator (the same as `tokenrouter-operator`).
-    Operator(operator::cli::OperatorArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -65,7 +63,6 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => loadgen::cli::bench::run_cli(args),
         Command::Eval(args) => loadgen::cli::eval::run_cli(args),
         Command::Report(args) => loadgen::cli::report::run_cli(args),
-        Command::Operator(args) => operator::cli::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,5 +1,4 @@
-//! The operator's command line, shared by `tokenrouter-operator` and
-//! `tokenrouter operator`.
+//! The operator's command line (`tokenrouter-operator`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

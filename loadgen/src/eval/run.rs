@@ -47,6 +47,10 @@ pub struct Graded {
     pub expected: String,
     /// Answer extracted from the output (`None`: none found).
     pub given: Option<String>,
+    /// The output as the server wrote it (empty when the request failed),
+    /// so a page's reader can check the grading.
+    #[serde(default)]
+    pub output: String,
     /// Whether it matches.
     pub correct: bool,
     /// Output tokens.
@@ -142,6 +146,7 @@ pub async fn evaluate(
                 expected: exp.clone(),
                 correct,
                 given,
+                output: o.text.clone(),
                 tokens: o.completion_tokens,
                 large_tokens: large_model.and_then(|m| {
                     (!o.tokens_by_model.is_empty())
