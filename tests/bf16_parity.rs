@@ -5,12 +5,16 @@
 //! they first differ, the largest logit difference over those shared
 //! steps, and the verdict on issue 22's target (95%).
 //!
-//! The target is not met: on 2026-12-03 (commit 7819749) 177 of 256
-//! tokens (69.1%) came before the first divergence, max logit difference
-//! 0.80; bf16 rounding (about 0.1 to 0.8 in a logit) flips greedy
-//! choices between near-tied tokens, and an answer follows its own path
-//! from there. The assertion guards that level, so a regression of the
-//! bf16 path (a wrong cast, a broken kernel) fails here.
+//! The target is not met, and cannot be by a bf16 model: on 2026-12-04,
+//! with the residual stream and re-scored top logits in f32
+//! (`subserver::model::head`), 699 of 768 tokens (91.0%) came before the
+//! first divergence, max logit difference 0.70 (all-bf16 arithmetic: 69.1%
+//! on the first 8 prompts, 0.80). f32 arithmetic on bf16-rounded weights,
+//! with no activation rounded at all, shares 94.7% on the same prompts
+//! (`tests/python/bf16_ceiling.py`): rounding the weights alone flips
+//! greedy choices between near-tied tokens, and an answer follows its own
+//! path from there. The assertions guard the measured level, so a
+//! regression of the bf16 path (a wrong cast, a broken kernel) fails here.
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
@@ -24,14 +28,14 @@ use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use subserver::runner::{ModelRunner, StepBatch, StepItem};
 use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
 
-const PROMPTS: usize = 8;
+const PROMPTS: usize = 24;
 const STEPS: usize = 32;
 /// Issue 22's target for the share before the first divergence.
 const TARGET_SHARED: f64 = 0.95;
-/// What the bf16 path must keep (measured 0.691, see the module docs).
-const MIN_SHARED: f64 = 0.6;
-/// Largest logit difference tolerated on the shared steps (measured 0.80).
-const MAX_LOGIT_DIFF: f32 = 1.5;
+/// What the bf16 path must keep (measured 0.910, see the module docs).
+const MIN_SHARED: f64 = 0.85;
+/// Largest logit difference tolerated on the shared steps (measured 0.70).
+const MAX_LOGIT_DIFF: f32 = 1.0;
 
 fn prompts(model: &Path) -> Vec<Vec<u32>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/eval/math30.jsonl");

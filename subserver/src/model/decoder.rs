@@ -9,6 +9,7 @@
 //! sine table: no `rotate_half` cat); residual adds and the SwiGLU gate
 //! run in place; and K/V are read through the block table once per step
 //! for all layers (`KvStorage::gather_context`), not gathered per layer.
+//! A bf16 model's residual stream and logits are f32 (see `model::head`).
 
 use std::cell::Cell;
 
@@ -18,19 +19,14 @@ use tracing::warn;
 use crate::error::EngineError;
 use crate::kv::storage::KvStorage;
 use crate::model::config::{Architecture, ModelConfig};
+use crate::model::head::{norm_for_matmul, residual_kind, to_kind, Head};
 use crate::model::layout::BatchLayout;
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
 use crate::op_count::{op, ops_so_far};
 
-/// RMSNorm as transformers computes it (ATen's `rms_norm`: statistics in
-/// f32, normalized value cast back, then the weight in the model dtype).
-fn rms_norm(x: &Tensor, weight: &Tensor, eps: f64) -> Result<Tensor, EngineError> {
-    let last = x.size().last().copied().unwrap_or(1);
-    Ok(op(x.f_rms_norm([last], Some(weight), eps))?)
-}
-
 struct Layer {
+    /// In the residual dtype, like `post_norm`.
     input_norm: Tensor,
     /// q, k and v projections stacked along the output dimension.
     qkv: Tensor,
@@ -51,8 +47,7 @@ pub struct Decoder {
     cfg: ModelConfig,
     embed: Tensor,
     layers: Vec<Layer>,
-    norm: Tensor,
-    lm_head: Tensor,
+    head: Head,
     rope: Rope,
     kind: Kind,
     device: Device,
@@ -81,6 +76,7 @@ impl Decoder {
         let inter = cfg.intermediate_size as i64;
         let vocab = cfg.vocab_size as i64;
         let qkv_bias = arch == Architecture::Qwen2 || cfg.attention_bias;
+        let res = residual_kind(kind);
         let embed = w.take("model.embed_tokens.weight", &[vocab, h])?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
@@ -117,18 +113,22 @@ impl Decoder {
             let gate = w.take(&format!("{p}.mlp.gate_proj.weight"), &[inter, h])?;
             let up = w.take(&format!("{p}.mlp.up_proj.weight"), &[inter, h])?;
             layers.push(Layer {
-                input_norm: w.take(&format!("{p}.input_layernorm.weight"), &[h])?,
+                input_norm: w
+                    .take(&format!("{p}.input_layernorm.weight"), &[h])?
+                    .f_to_kind(res)?,
                 qkv: Tensor::f_cat(&[q, k, v], 0)?,
                 qkv_bias: bias,
                 qk_norm,
                 o_proj: w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
                 o_bias,
-                post_norm: w.take(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                post_norm: w
+                    .take(&format!("{p}.post_attention_layernorm.weight"), &[h])?
+                    .f_to_kind(res)?,
                 gate_up: Tensor::f_cat(&[gate, up], 0)?,
                 down: w.take(&format!("{p}.mlp.down_proj.weight"), &[h, inter])?,
             });
         }
-        let norm = w.take("model.norm.weight", &[h])?;
+        let norm = w.take("model.norm.weight", &[h])?.f_to_kind(res)?;
         let lm_head = if cfg.tie_word_embeddings {
             // Some tied checkpoints still carry a copy; it is identical, drop it.
             let _ = w.take_optional("lm_head.weight", &[vocab, h])?;
@@ -146,8 +146,12 @@ impl Decoder {
             cfg: cfg.clone(),
             embed,
             layers,
-            norm,
-            lm_head,
+            head: Head {
+                norm,
+                lm_head,
+                kind,
+                eps: cfg.rms_norm_eps,
+            },
             rope: Rope::new(cfg, kind, device)?,
             kind,
             device,
@@ -208,9 +212,11 @@ impl Decoder {
         let inter = cfg.intermediate_size as i64;
         let (cos, sin) = self.rope.tables(&layout.positions)?;
         let mut ctx = kv.gather_context(&layout.gather)?;
-        let mut x = op(self.embed.f_index_select(0, &layout.tokens))?;
+        let kind = self.kind;
+        let embedded = op(self.embed.f_index_select(0, &layout.tokens))?;
+        let mut x = to_kind(embedded, residual_kind(kind))?;
         for (li, layer) in self.layers.iter().enumerate() {
-            let h = rms_norm(&x, &layer.input_norm, eps)?;
+            let h = norm_for_matmul(&x, &layer.input_norm, eps, kind)?;
             let qkv = op(h.f_linear(&layer.qkv, layer.qkv_bias.as_ref()))?;
             // q and k side by side as `[T, heads + kv_heads, head_dim]`.
             let mut qk = op(op(qkv.f_narrow(1, 0, (nh + nkv) * hd))?.f_view([t, nh + nkv, hd]))?;
@@ -226,7 +232,7 @@ impl Decoder {
             let attn = self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?;
             let o = op(attn.f_linear(&layer.o_proj, layer.o_bias.as_ref()))?;
             let _ = op(x.f_add_(&o))?;
-            let h = rms_norm(&x, &layer.post_norm, eps)?;
+            let h = norm_for_matmul(&x, &layer.post_norm, eps, kind)?;
             let gu = op(h.f_linear::<Tensor>(&layer.gate_up, None))?;
             // SwiGLU in place on the gate half of `gu`.
             let mut gate = op(gu.f_narrow(1, 0, inter))?;
@@ -239,9 +245,8 @@ impl Decoder {
         drop(ctx);
         let entropies = match entropy_rows {
             Some(rows) => {
-                let h = rms_norm(&x.f_index_select(0, rows)?, &self.norm, eps)?;
                 // Over the vocabulary only (not a deferral column).
-                let logits = h.f_linear::<Tensor>(&self.lm_head, None)?.f_narrow(
+                let logits = self.head.logits(&x.f_index_select(0, rows)?)?.f_narrow(
                     1,
                     0,
                     self.cfg.vocab_size as i64,
@@ -251,9 +256,7 @@ impl Decoder {
             None => None,
         };
         let last = op(x.f_index_select(0, &layout.last))?;
-        let hidden = rms_norm(&last, &self.norm, eps)?;
-        let logits =
-            op(op(hidden.f_linear::<Tensor>(&self.lm_head, None))?.f_to_kind(Kind::Float))?;
+        let (hidden, logits) = self.head.forward(&last)?;
         self.last_ops.set(ops_so_far() - ops_before);
         Ok((logits, hidden, entropies))
     }
