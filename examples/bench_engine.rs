@@ -65,10 +65,20 @@ struct Args {
     profile_only: bool,
 }
 
+/// Where one engine run's wall time went, from the scheduler's own step
+/// timer: per step, the forward, and everything else (planning, KV
+/// admission, sampling, stop checks, streaming, waiting for work).
+struct EngineTime {
+    steps: u64,
+    forward_ms: f64,
+    outside_ms: f64,
+}
+
 /// Decode tokens/s of the engine: `batch` requests submitted at once; the
 /// clock runs from the moment every request has its first token (prefill
 /// done) to the last token, like the bare-forward and transformers figures.
-fn engine(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
+/// Also where the wall time of the whole run (prefill included) went.
+fn engine(args: &Args, dtype: DType, batch: usize) -> Result<(f64, EngineTime)> {
     let mut opts = TchRunnerOptions::new(&args.model);
     opts.dtype = dtype;
     opts.kv_budget = KvBudget::Tokens(batch * (args.prompt_tokens + args.gen_tokens + 32));
@@ -97,6 +107,7 @@ fn engine(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
         ..GroupSettings::default()
     };
     let group = Group::start(vec![member], settings);
+    let submitted = Instant::now();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(batch as u64);
     let mut streams = Vec::new();
     for _ in 0..batch {
@@ -135,6 +146,7 @@ fn engine(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
                 .map_err(|_| anyhow::anyhow!("reader thread panicked"))??,
         );
     }
+    let stats = group.stats(0);
     drop(group);
     let first_all = times.iter().filter_map(|t| t.first()).max().copied();
     let last = times.iter().filter_map(|t| t.last()).max().copied();
@@ -145,7 +157,14 @@ fn engine(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
         .iter()
         .map(|t| t.iter().filter(|x| **x > a).count())
         .sum();
-    Ok(after as f64 / (b - a).as_secs_f64().max(1e-9))
+    let steps = stats.steps.max(1);
+    let wall = (b - submitted).as_secs_f64();
+    let time = EngineTime {
+        steps: stats.steps,
+        forward_ms: stats.step_seconds * 1e3 / steps as f64,
+        outside_ms: (wall - stats.step_seconds) * 1e3 / steps as f64,
+    };
+    Ok((after as f64 / (b - a).as_secs_f64().max(1e-9), time))
 }
 
 fn theirs(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
@@ -289,6 +308,7 @@ fn main() -> Result<()> {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     let mut ops = Vec::new();
+    let mut time_rows = Vec::new();
     let mut profile = StepProfile {
         decode_ms: Vec::new(),
         prefill_tokens: args.prompt_tokens,
@@ -305,7 +325,17 @@ fn main() -> Result<()> {
         let (eng, hf) = if args.profile_only {
             (f64::NAN, f64::NAN)
         } else {
-            (engine(&args, dtype, b)?, theirs(&args, dtype, b)?)
+            let (eng, time) = engine(&args, dtype, b)?;
+            let total = time.forward_ms + time.outside_ms;
+            time_rows.push(vec![
+                b.to_string(),
+                time.steps.to_string(),
+                format!("{:.1}", run.step_ms),
+                format!("{:.1}", time.forward_ms),
+                format!("{:.1}", time.outside_ms),
+                format!("{:.0}%", 100.0 * time.outside_ms / total.max(1e-9)),
+            ]);
+            (eng, theirs(&args, dtype, b)?)
         };
         ops.push((b, run.ops_per_step));
         ratios.push((b, eng / bare, eng / hf));
@@ -333,6 +363,27 @@ fn main() -> Result<()> {
         ],
         &rows,
     );
+    if !time_rows.is_empty() {
+        page.section("Where the engine's time goes");
+        page.para(
+            "Per engine step over the whole run (prefill step included), from the scheduler's \
+             own step timer: the forward (the same runner call the bare loop makes), and the \
+             wall time outside it (planning, KV admission, copying logits to the host, \
+             sampling, stop checks, streaming each token to its client thread, and waking for \
+             the next step). The bare column is the bare loop's decode step.",
+        );
+        page.table(
+            &[
+                "batch",
+                "engine steps",
+                "bare step ms",
+                "engine forward ms / step",
+                "outside the forward ms / step",
+                "outside share",
+            ],
+            &time_rows,
+        );
+    }
     page.section("Targets (issue 22)");
     let mut targets = Vec::new();
     match ratios.iter().find(|r| r.0 == 16) {
