@@ -124,7 +124,7 @@ async fn busy_gauges(service: &Service, metrics_url: &str) -> Vec<String> {
             continue;
         }
         for m in family.get_metric() {
-            let v = m.get_gauge().value();
+            let v = m.get_gauge().get_value();
             if v != 0.0 {
                 let labels: Vec<String> = m
                     .get_label()

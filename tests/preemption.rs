@@ -54,7 +54,7 @@ fn preemptions(svc: &Service, model: &str) -> u64 {
                 .iter()
                 .any(|l| l.name() == "model" && l.value() == model)
         })
-        .map(|m| m.get_counter().value() as u64)
+        .map(|m| m.get_counter().get_value() as u64)
         .sum()
 }
 
