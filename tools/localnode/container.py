@@ -146,6 +146,7 @@ class Container(threading.Thread):
         spec = {"root": os.path.join(cdir, "root"), "cgroups": self.cg.dirs, "memory_cgroup": self.cg.mem,
                 "layers": os.path.join(cdir, "layers"), "hostname": pod.hostname, "hosts": pod.hosts_path,
                 "image_dirs": pod.kubelet.image_dirs, "host_dirs": pod.kubelet.host_dirs,
+                "project_dirs": pod.kubelet.project_dirs,
                 "mounts": mounts, "env": env, "argv": argv, "cwd": self.spec.get("workingDir"),
                 "uid": uid, "gid": gid, "groups": groups,
                 "read_only_root": bool(csc.get("readOnlyRootFilesystem"))}

@@ -262,11 +262,12 @@ class PodWorker(threading.Thread):
 
 class Kubelet:
     def __init__(self, api, net, state, node, image_map, dirs, pod_kubeconfig, tag):
-        """`dirs`: (system directories every container gets under an overlay, project directories
-        it gets read-only)."""
+        """`dirs`: (system directories every container gets under an overlay, the top-level host
+        directories of the project it gets read-only, and the project directories themselves,
+        bound again after the pod's volumes so that a volume such as /tmp cannot hide them)."""
         self.api, self.net, self.state, self.node = api, net, state, node
         self.image_map, self.pod_kubeconfig, self.tag = image_map, pod_kubeconfig, tag
-        self.image_dirs, self.host_dirs = dirs
+        self.image_dirs, self.host_dirs, self.project_dirs = dirs
         self.pv_root = os.path.join(state, "pv")
         self.workers = {}
         self.records = []

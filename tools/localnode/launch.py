@@ -1,6 +1,7 @@
 """Starts one container: run by the kubelet as `nsenter --net=NETNS unshare --mount python3
 launch.py SPEC.json` (a private mount namespace in the pod's network namespace). Joins the container's cgroups, builds its root
-(a tmpfs with the host's system directories under a writable overlay, the project read-only, volumes at their mountPaths, the pod's
+(a tmpfs with the host's system directories under a writable overlay, the project read-only and volumes at their mountPaths,
+shallowest first, the pod's
 /etc/hosts, its own cgroup at /sys/fs/cgroup/memory), sets the hostname, chroots, drops to the
 pod's user and execs the command, so the kubelet's child PID is the container's process."""
 import ctypes
@@ -38,6 +39,11 @@ def bind(src, dst, ro):
         mount("-o", "remount,bind,ro", dst)
 
 
+def mount_order(binds):
+    """Mounts shallowest destination first (stable among equals), as a runtime orders them."""
+    return sorted(binds, key=lambda m: len(os.path.normpath(m["dst"]).strip("/").split("/")))
+
+
 def main():
     spec = json.load(open(sys.argv[1]))
     for cg in spec["cgroups"]:
@@ -53,6 +59,10 @@ def main():
         os.makedirs(d, exist_ok=True)
         mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", d)
     overlays = []
+    # The project's directories (the mapped binary, its libraries) and the pod's volumes, mounted
+    # together shallowest first, as a runtime orders mounts by destination: a volume at /tmp then
+    # does not hide a checkout under /tmp, and a volume inside the project still lands on top.
+    binds = []
     for d in spec["image_dirs"] + spec["host_dirs"]:
         if not os.path.lexists(d):
             continue
@@ -71,7 +81,7 @@ def main():
             mount("-t", "overlay", "overlay", "-o", f"lowerdir={d},upperdir={up},workdir={work}", target)
             overlays.append(target)
         else:
-            bind(d, target, True)
+            binds.append({"src": d, "dst": d, "ro": True})
     bind("/dev", root + "/dev", False)
     os.makedirs(root + "/proc", exist_ok=True)
     mount("-t", "proc", "proc", root + "/proc")
@@ -79,7 +89,11 @@ def main():
     if spec.get("memory_cgroup"):
         mount("--bind", spec["memory_cgroup"], root + "/sys/fs/cgroup/memory")
     bind(spec["hosts"], root + "/etc/hosts", True)
-    for m in spec["mounts"]:
+    binds += spec["mounts"]
+    # The project itself, exactly, so that its depth orders it after a volume over its top-level
+    # directory (an emptyDir at /tmp, a checkout in /tmp/x).
+    binds += [{"src": d, "dst": d, "ro": True} for d in spec.get("project_dirs", []) if os.path.isdir(d)]
+    for m in mount_order(binds):
         bind(m["src"], root + m["dst"], m["ro"])
     if spec.get("read_only_root"):
         for target in overlays:

@@ -133,8 +133,9 @@ def up(args):
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     fwd = forward.serve((net.gateway, api.port), lambda: ("127.0.0.1", api.port), stop)
     root = os.path.abspath(args.root)
-    host_dirs = sorted({"/" + p.split("/")[1] for p in [root] + (args.host_dir or [])} - set(SYSTEM_DIRS))
-    kl = Kubelet(api, net, state, NODE, image_map(args), (SYSTEM_DIRS, host_dirs),
+    exact = sorted({root} | {os.path.abspath(d) for d in args.host_dir or []})
+    host_dirs = sorted({"/" + p.split("/")[1] for p in exact} - set(SYSTEM_DIRS))
+    kl = Kubelet(api, net, state, NODE, image_map(args), (SYSTEM_DIRS, host_dirs, exact),
                  pod_kubeconfig(args.kubeconfig, state, net.gateway, api.port), args.tag)
     with open(os.path.join(state, "pid"), "w") as f:
         f.write(str(os.getpid()))

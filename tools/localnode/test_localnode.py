@@ -8,6 +8,7 @@ import unittest
 import deployment
 import endpoints
 import garbage
+import launch
 import podenv
 import statefulset
 import volumes
@@ -289,3 +290,13 @@ class VolumeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class MountOrderTest(unittest.TestCase):
+    def test_a_checkout_under_a_volume_path_stays_visible(self):
+        binds = [{"src": "/tmp", "dst": "/tmp", "what": "host"},
+                 {"src": "/v/empty", "dst": "/tmp", "what": "emptyDir"},
+                 {"src": "/v/cm", "dst": "/etc/tokenrouter", "what": "configMap"},
+                 {"src": "/tmp/x", "dst": "/tmp/x", "what": "project"}]
+        order = [m["what"] for m in launch.mount_order(binds)]
+        self.assertEqual(order, ["host", "emptyDir", "configMap", "project"])
