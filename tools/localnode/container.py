@@ -24,26 +24,30 @@ BACKOFF_START, BACKOFF_MAX, BACKOFF_RESET = 10.0, 300.0, 600.0
 
 
 class Cgroups:
-    """The container's memory and cpu cgroups (v1) under TAG/POD_UID/NAME."""
+    """The container's memory and cpu cgroups (v1) under TAG/POD_UID/NAME. Limits whose v1
+    controller is missing (a cgroup v2-only host) are listed in `unenforced`."""
 
     def __init__(self, tag, uid, name, resources):
         self.dirs = []
         self.mem = None
         limits = (resources or {}).get("limits") or {}
-        for root in (CG_MEM, CG_CPU):
-            if not os.path.isdir(root):
+        mem_v1 = os.path.exists(os.path.join(CG_MEM, "memory.limit_in_bytes"))
+        cpu_v1 = os.path.exists(os.path.join(CG_CPU, "cpu.cfs_quota_us"))
+        self.unenforced = [k for k, ok in (("memory", mem_v1), ("cpu", cpu_v1)) if k in limits and not ok]
+        for root, ok in ((CG_MEM, mem_v1), (CG_CPU, cpu_v1)):
+            if not ok:
                 continue
             d = os.path.join(root, tag, uid, name)
             os.makedirs(d, exist_ok=True)
             self.dirs.append(d)
-        if os.path.isdir(CG_MEM):
+        if mem_v1:
             self.mem = os.path.join(CG_MEM, tag, uid, name)
             if "memory" in limits:
                 b = str(int(quantity(limits["memory"])))
                 _write(self.mem, "memory.limit_in_bytes", b)
                 if os.path.exists(os.path.join(self.mem, "memory.memsw.limit_in_bytes")):
                     _write(self.mem, "memory.memsw.limit_in_bytes", b)
-        if os.path.isdir(CG_CPU) and "cpu" in limits:
+        if cpu_v1 and "cpu" in limits:
             cpu = os.path.join(CG_CPU, tag, uid, name)
             _write(cpu, "cpu.cfs_period_us", "100000")
             _write(cpu, "cpu.cfs_quota_us", str(max(1000, int(quantity(limits["cpu"]) * 100000))))
@@ -52,9 +56,10 @@ class Cgroups:
         if not self.mem:
             return 0
         try:
-            for line in open(os.path.join(self.mem, "memory.oom_control")):
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
+            with open(os.path.join(self.mem, "memory.oom_control")) as f:
+                for line in f:
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
         except OSError:
             pass
         return 0
@@ -63,7 +68,8 @@ class Cgroups:
         out = []
         for d in self.dirs:
             try:
-                out += [int(x) for x in open(os.path.join(d, "cgroup.procs")).read().split()]
+                with open(os.path.join(d, "cgroup.procs")) as f:
+                    out += [int(x) for x in f.read().split()]
             except OSError:
                 pass
         return sorted(set(out))
@@ -82,6 +88,19 @@ class Cgroups:
                     os.rmdir(p)
                 except OSError:
                     break
+
+
+_warned = set()
+
+
+def _warn_unenforced(kinds):
+    """Once per process and limit: the node supports cgroup v1 only, so say so loudly."""
+    for k in kinds:
+        if k not in _warned:
+            _warned.add(k)
+            log.warning("no cgroup v1 %s controller under /sys/fs/cgroup (a cgroup v2-only host?): "
+                        "resources.limits.%s is NOT enforced%s", k, k,
+                        " and an OOM kill shows as Error, not OOMKilled" if k == "memory" else "")
 
 
 def _write(d, f, v):
@@ -141,6 +160,9 @@ class Container(threading.Thread):
         gid = csc.get("runAsGroup", sc.get("runAsGroup", uid))
         groups = [g for g in [sc.get("fsGroup")] + list(sc.get("supplementalGroups") or []) if g is not None]
         self.cg = Cgroups(pod.kubelet.tag, pod.uid, self.name, self.spec.get("resources"))
+        if self.cg.unenforced:
+            _warn_unenforced(self.cg.unenforced)
+            pod.kubelet.journal(pod, self.name, "limits-not-enforced", limits=self.cg.unenforced)
         cdir = os.path.join(pod.dir, "containers", self.name)
         os.makedirs(cdir, exist_ok=True)
         spec = {"root": os.path.join(cdir, "root"), "cgroups": self.cg.dirs, "memory_cgroup": self.cg.mem,

@@ -1,13 +1,20 @@
-"""Unit tests of the local node's pure parts (no API server, no root):
+"""Unit tests of the local node (no API server; OomTest alone needs root and cgroup v1):
 python3 -m unittest discover -s tools/localnode -p 'test_*.py'"""
 import base64
 import os
+import shutil
+import subprocess
+import sys
 import tempfile
+import threading
 import unittest
+import unittest.mock
 
+import container
 import deployment
 import endpoints
 import garbage
+import kubelet
 import launch
 import podenv
 import statefulset
@@ -288,10 +295,6 @@ class VolumeTest(unittest.TestCase):
             self.assertEqual(volumes.mount_source(d, {"subPath": "m"}), os.path.join(d, "m"))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class MountOrderTest(unittest.TestCase):
     def test_a_checkout_under_a_volume_path_stays_visible(self):
         binds = [{"src": "/tmp", "dst": "/tmp", "what": "host"},
@@ -300,3 +303,67 @@ class MountOrderTest(unittest.TestCase):
                  {"src": "/tmp/x", "dst": "/tmp/x", "what": "project"}]
         order = [m["what"] for m in launch.mount_order(binds)]
         self.assertEqual(order, ["host", "emptyDir", "configMap", "project"])
+
+
+class CgroupsTest(unittest.TestCase):
+    def test_limits_without_a_v1_controller_are_reported_and_warned_about_once(self):
+        with tempfile.TemporaryDirectory() as d, unittest.mock.patch.multiple(
+                container, CG_MEM=f"{d}/memory", CG_CPU=f"{d}/cpu", _warned=set()):
+            cg = container.Cgroups("t", "u", "c", {"limits": {"memory": "1Gi", "cpu": "1"}})
+            self.assertEqual((cg.unenforced, cg.dirs, cg.oom_kills()), (["memory", "cpu"], [], 0))
+            with self.assertLogs("container", "WARNING") as logs:
+                container._warn_unenforced(cg.unenforced)
+                container._warn_unenforced(cg.unenforced)
+            self.assertEqual(len(logs.records), 2)
+            self.assertIn("limits.memory is NOT enforced", logs.output[0])
+
+
+class OomTest(unittest.TestCase):
+    """A container over its memory limit, through the kubelet's own path: Container.run makes the
+    cgroup, launch.py joins it in a netns and a private root, and the exit is read back as a
+    container state. Root and cgroup v1 only (what the node supports)."""
+
+    def setUp(self):
+        why = ("not root" if os.geteuid() != 0 else
+               None if os.path.exists(os.path.join(container.CG_MEM, "memory.limit_in_bytes")) else
+               f"no cgroup v1 memory controller at {container.CG_MEM}")
+        if why:
+            sys.stderr.write(f"\nOomTest skipped: {why}\n")
+            self.skipTest(why)
+        self.tag = f"trt{os.getpid()}"
+        self.netns = f"{self.tag}-oom"
+        subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
+        self.addCleanup(subprocess.run, ["ip", "netns", "del", self.netns], capture_output=True)
+        self.state = tempfile.mkdtemp(prefix="localnode-oom-")
+        self.addCleanup(shutil.rmtree, self.state, True)
+
+    def test_a_container_over_its_memory_limit_is_oom_killed(self):
+        exe = os.path.realpath(sys.executable)  # bound read-only with its top-level directory
+        system = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"]
+        top = "/" + exe.split("/")[1]
+        kl = kubelet.Kubelet(None, None, self.state, "n", kubelet.ImageMap({"busybox": []}),
+                             (system, [] if top in system else [top], []), None, self.tag)
+        w = kubelet.PodWorker(kl, {
+            "metadata": {"name": "oom", "namespace": "ns", "uid": f"{self.tag}-uid"},
+            "spec": {"restartPolicy": "Never", "containers": [{
+                "name": "c", "image": "busybox", "resources": {"limits": {"memory": "64Mi"}},
+                # Written, not just reserved: untouched pages would not count against the limit.
+                "command": [exe, "-S", "-c", "x = b'1' * (512 << 20)"]}]}})
+        os.makedirs(w.dir)
+        open(w.hosts_path, "w").close()
+        w.netns = self.netns
+        c = w.containers[0]
+        t = threading.Thread(target=c.run, daemon=True)
+        t.start()
+        t.join(60)
+        if t.is_alive():
+            c.stop(0)
+        if c.cg:
+            c.cg.remove()
+        self.assertFalse(t.is_alive(), "the container did not exit within 60 s")
+        term = c.status()["state"].get("terminated") or {}
+        self.assertEqual((term.get("reason"), term.get("exitCode")), ("OOMKilled", 137), c.status())
+
+
+if __name__ == "__main__":
+    unittest.main()
