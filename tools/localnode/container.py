@@ -222,12 +222,13 @@ class Container(threading.Thread):
             rc = self.proc.poll()
             if rc is not None:
                 return rc
-            if self.stopping.is_set():
-                time.sleep(0.05)
-                continue
+            # Terminating: readiness is still probed (upstream), startup and liveness are not.
+            stopping = self.stopping.is_set()
             t = time.monotonic()
             for k, p in probes_.items():
                 if k == "startupProbe" and started or k != "startupProbe" and not started or t < due[k]:
+                    continue
+                if stopping and k != "readinessProbe":
                     continue
                 tm = probes.timings(p)
                 ok, msg = probes.run(p, c, self.pod.ip, self.proc.pid, tm["timeout"])

@@ -224,7 +224,9 @@ class PodWorker(threading.Thread):
     def status(self):
         cs = [c.status() for c in self.containers]
         ics = [c.status() for c in self.inits]
-        ready = bool(cs) and all(s["ready"] for s in cs) and self.initialized and not self.deleting.is_set()
+        # A terminating pod stays Ready while its containers run and pass readiness (upstream), so
+        # its EndpointSlice endpoints read serving=true, terminating=true, ready=false.
+        ready = bool(cs) and all(s["ready"] for s in cs) and self.initialized
         terminated = [s for s in cs if "terminated" in s["state"]]
         if self.initialized and cs and len(terminated) == len(cs) and all(c.done.is_set() for c in self.containers):
             phase = "Succeeded" if all(s["state"]["terminated"]["exitCode"] == 0 for s in cs) else "Failed"

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
+import types
 import unittest
 import unittest.mock
 
@@ -143,22 +145,24 @@ class DeploymentTest(unittest.TestCase):
                          {"new": 2, "old": 0})
 
 
+def service(headless=False, publish=False):
+    spec = {"selector": {"app": "a"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
+            "publishNotReadyAddresses": publish}
+    if headless:
+        spec["clusterIP"] = "None"
+    return {"metadata": {"name": "a", "namespace": "ns", "uid": "svc"}, "spec": spec}
+
+
+def endpoint_conditions(svc, pods):
+    (s,) = endpoints.slices(svc, pods, "node")
+    return {e["targetRef"]["name"]: e["conditions"] for e in s["endpoints"]}, s
+
+
 class EndpointsTest(unittest.TestCase):
-    def svc(self, headless=False, publish=False):
-        spec = {"selector": {"app": "a"}, "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
-                "publishNotReadyAddresses": publish}
-        if headless:
-            spec["clusterIP"] = "None"
-        return {"metadata": {"name": "a", "namespace": "ns", "uid": "svc"}, "spec": spec}
-
-    def eps(self, svc, pods):
-        (s,) = endpoints.slices(svc, pods, "node")
-        return {e["targetRef"]["name"]: e["conditions"] for e in s["endpoints"]}, s
-
     def test_conditions_follow_readiness_and_deletion(self):
         pods = [pod("p1", labels={"app": "a"}), pod("p2", labels={"app": "a"}, ready=False, ip="10.0.0.3"),
                 pod("p3", labels={"app": "a"}, deleting=True, ip="10.0.0.4"), pod("x", labels={"app": "b"})]
-        conds, s = self.eps(self.svc(), pods)
+        conds, s = endpoint_conditions(service(), pods)
         self.assertEqual(conds, {"p1": {"ready": True, "serving": True, "terminating": False},
                                  "p2": {"ready": False, "serving": False, "terminating": False},
                                  "p3": {"ready": False, "serving": True, "terminating": True}})
@@ -166,17 +170,19 @@ class EndpointsTest(unittest.TestCase):
         self.assertEqual(s["metadata"]["labels"][endpoints.SERVICE_NAME], "a")
 
     def test_publish_not_ready_addresses_makes_ready_true_but_not_serving(self):
-        conds, _ = self.eps(self.svc(publish=True), [pod("p2", labels={"app": "a"}, ready=False)])
+        conds, _ = endpoint_conditions(service(publish=True), [
+            pod("p2", labels={"app": "a"}, ready=False), pod("p3", labels={"app": "a"}, deleting=True)])
         self.assertEqual(conds["p2"], {"ready": True, "serving": False, "terminating": False})
+        self.assertEqual(conds["p3"], {"ready": True, "serving": True, "terminating": True})
 
     def test_pods_without_ip_or_finished_are_left_out(self):
-        self.assertEqual(endpoints.slices(self.svc(), [pod("p", labels={"app": "a"}, ip=None),
+        self.assertEqual(endpoints.slices(service(), [pod("p", labels={"app": "a"}, ip=None),
                                                        pod("q", labels={"app": "a"}, phase="Succeeded")], "n"), [])
 
     def test_hosts_file_names_pods_and_services(self):
-        svc = self.svc(headless=True, publish=True)
+        svc = service(headless=True, publish=True)
         pods = [pod("web-0", labels={"app": "a"}, hostname="web-0", subdomain="a")]
-        _, s = self.eps(svc, pods)
+        _, s = endpoint_conditions(svc, pods)
         recs = endpoints.dns_records([svc], [s])
         text = endpoints.hosts_file(recs, "ns", "10.0.0.9", ["me"])
         self.assertIn("10.0.0.2\tweb-0.a.ns.svc.cluster.local web-0.a.ns.svc web-0.a.ns web-0.a", text)
@@ -187,9 +193,9 @@ class EndpointsTest(unittest.TestCase):
         self.assertIn("web-0.a.ns.svc", other)
 
     def test_cluster_ip_service_resolves_to_one_ready_endpoint(self):
-        svc = self.svc()
-        _, s = self.eps(svc, [pod("p2", labels={"app": "a"}, ready=False, ip="10.0.0.3"),
-                              pod("p1", labels={"app": "a"})])
+        svc = service()
+        _, s = endpoint_conditions(svc, [pod("p2", labels={"app": "a"}, ready=False, ip="10.0.0.3"),
+                                         pod("p1", labels={"app": "a"})])
         self.assertEqual(endpoints.dns_records([svc], [s]), [("10.0.0.2", ("ns", "a", None))])
 
 
@@ -303,6 +309,65 @@ class MountOrderTest(unittest.TestCase):
                  {"src": "/tmp/x", "dst": "/tmp/x", "what": "project"}]
         order = [m["what"] for m in launch.mount_order(binds)]
         self.assertEqual(order, ["host", "emptyDir", "configMap", "project"])
+
+
+def wait_for(cond, what, timeout=10):
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+class TerminatingTest(unittest.TestCase):
+    """A deleted pod keeps probing readiness and stays Ready until its containers stop (upstream)."""
+
+    def worker(self, state, spec):
+        kl = kubelet.Kubelet(None, types.SimpleNamespace(gateway="10.0.0.1"), state, "n", None,
+                             ([], [], []), None, "t")
+        return kubelet.PodWorker(kl, {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                                      "spec": {"containers": [spec]}})
+
+    def test_a_terminating_ready_pod_is_serving_but_not_ready_in_its_endpoint_slice(self):
+        with tempfile.TemporaryDirectory() as d:
+            w = self.worker(d, {"name": "c", "ports": [{"name": "http", "containerPort": 8000}]})
+            c = w.containers[0]
+            c.proc, c.ready, c.state = types.SimpleNamespace(pid=1), True, {"running": {}}
+            w.initialized, w.ip = True, "10.0.0.2"
+            w.deleting.set()
+            st = w.status()
+            self.assertIn({"type": "Ready", "status": "True"},
+                          [{k: x[k] for k in ("type", "status")} for x in st["conditions"]])
+            p = {"metadata": {**w.obj["metadata"], "labels": {"app": "a"},
+                              "deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": w.obj["spec"], "status": st}
+            conds, _ = endpoint_conditions(service(), [p])
+            self.assertEqual(conds["p"], {"ready": False, "serving": True, "terminating": True})
+
+    def test_readiness_is_still_probed_while_terminating_and_liveness_is_not(self):
+        answers, calls = {"ready": True, "live": False}, []
+
+        def fake_run(handler, *_):
+            calls.append(handler["exec"]["command"][0])
+            return answers[calls[-1]], ""
+
+        def probe(cmd):
+            return {"exec": {"command": [cmd]}, "periodSeconds": 0, "failureThreshold": 1}
+        with tempfile.TemporaryDirectory() as d, unittest.mock.patch.object(container.probes, "run", fake_run):
+            w = self.worker(d, {"name": "c", "readinessProbe": probe("ready"), "livenessProbe": probe("live")})
+            c = w.containers[0]
+            c.stopping.set()
+            c.proc = subprocess.Popen(["sleep", "30"])
+            t = threading.Thread(target=c._watch, daemon=True)
+            t.start()
+            try:
+                wait_for(lambda: c.ready, "ready while terminating")
+                answers["ready"] = False
+                wait_for(lambda: not c.ready, "unready after a failed readiness probe")
+            finally:
+                c.proc.kill()
+                c.proc.wait()
+                t.join(5)
+            self.assertNotIn("live", calls)
 
 
 class CgroupsTest(unittest.TestCase):
