@@ -57,7 +57,9 @@ def plan(sts, pods, update_rev):
             if not parallel and not healthy(by_ord[o]):
                 return actions  # OrderedReady: wait for this one
             continue
-        rev = current_rev if (rolling and o < partition) or not rolling else update_rev
+        # Below a RollingUpdate partition a pod is recreated at the current revision; otherwise,
+        # OnDelete included (that is how OnDelete updates), at the update revision.
+        rev = current_rev if rolling and o < partition else update_rev
         actions.append(("create", o, rev))
         if not parallel:
             return actions

@@ -92,6 +92,12 @@ class StatefulSetTest(unittest.TestCase):
         pods = [spod(i, "old") for i in range(2)]
         self.assertEqual(statefulset.plan(sts(2, rolling=False, current="old"), pods, "new"), [])
 
+    def test_on_delete_recreates_a_deleted_pod_at_the_update_revision(self):
+        s = sts(3, rolling=False, current="old")
+        self.assertEqual(statefulset.plan(s, [spod(0, "old"), spod(2, "old")], "new"), [("create", 1, "new")])
+        self.assertEqual(statefulset.plan(sts(2, parallel=False, rolling=False, current="old"), [spod(0, "old")],
+                                          "new"), [("create", 1, "new")])
+
     def test_failed_pods_are_replaced(self):
         pods = [spod(0, "r1", phase="Failed"), spod(1, "r1")]
         self.assertEqual(statefulset.plan(sts(2), pods, "r1"), [("delete", "web-0")])
