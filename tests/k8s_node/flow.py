@@ -9,6 +9,7 @@ import base64
 import concurrent.futures
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -175,6 +176,10 @@ class Flow(Run):
         return f"{self.stop_load()} across scale-up and drain; 1 group left"
 
     def kill_mid_stream(self):
+        """SIGKILL to the reference pod's process during a stream. The example sets no
+        fallback_on_peer_failure (nor does the operator render one), so the request must end with
+        the gateway's error event naming the failed peer; a stream that ends normally fails."""
+        from openai import APIError
         victim = next(p for p in kjson("-n", self.ns, "get", "pods", "-l",
                                        f"app.kubernetes.io/instance={self.name},tokenrouter.io/model=reference")["items"])
         name = victim["metadata"]["name"]
@@ -183,17 +188,19 @@ class Flow(Run):
         served = self.spec["gateway"].get("servedModelName") or self.name
         s = self.client().chat.completions.create(model=served, max_tokens=400, stream=True,
                                                   messages=[{"role": "user", "content": "Tell a long story."}])
-        outcome = None
+        err = None
         chunks = 0
         try:
             for _ in s:
                 chunks += 1
                 if chunks == 3:
                     os.kill(pid, signal.SIGKILL)
-            outcome = f"stream ended normally after {chunks} chunks"
-        except Exception as e:  # the clear error the client sees
-            outcome = f"{type(e).__name__}: {str(e)[:200]}"
+        except APIError as e:  # the SDK raises the stream's `event: error` as APIError
+            err = e
         assert chunks >= 3, f"only {chunks} chunks before the end"
+        assert err is not None, f"the stream ended normally after {chunks} chunks, not with the peer's failure"
+        assert re.search(r"peer model \d+ failed", err.message), f"not the peer's failure: {type(err).__name__}: {err}"
+        outcome = f"{type(err).__name__}: {err.message[:200]}"
 
         def restarted():
             p = kjson("-n", self.ns, "get", "pod", name)
