@@ -17,8 +17,10 @@ KPY = os.environ.get("LOCALNODE_PYTHON",
                      os.path.join(os.environ.get("TOKENROUTER_K8S_CACHE", os.path.expanduser("~/.cache/tokenrouter-k8s")),
                                   "venv", "bin", "python"))
 LOCALNODE = os.path.join(ROOT, "tools", "localnode", "localnode.py")
-OWNED_KINDS = ("pods,statefulsets,deployments,replicasets,services,configmaps,endpointslices,controllerrevisions,"
-               "networkpolicies")
+OWNED_KINDS = ("pods,statefulsets,deployments,replicasets,services,configmaps,secrets,endpointslices,"
+               "controllerrevisions,networkpolicies")
+# The operator's own mark on what it creates (its owned_selector).
+OPERATOR_LABELS = {"app.kubernetes.io/managed-by": "tokenrouter-operator"}
 
 
 class StepFailed(Exception):
@@ -50,6 +52,10 @@ def wait_until(what, fn, timeout, every=1.0):
             return info
         time.sleep(every)
     raise StepFailed(f"{what}: not after {timeout}s (last: {str(info)[:600]})")
+
+
+def owner_uids(obj):
+    return {r["uid"] for r in obj["metadata"].get("ownerReferences") or []}
 
 
 def read(path):
@@ -250,8 +256,9 @@ class Run:
     def delete(self):
         pods = {p["metadata"]["name"]: p for p in kjson("-n", self.ns, "get", "pods")["items"]}
         grace = {n: p["spec"].get("terminationGracePeriodSeconds", 30) for n, p in pods.items()}
+        owned = self.owned()
         kubectl("-n", self.ns, "delete", "trd", self.name, "--wait=true", "--timeout=180s")
-        wait_until("owned objects gone", lambda: (not self.leftovers(), self.leftovers()), 120)
+        wait_until("owned objects gone", lambda: (not self.leftovers(owned), self.leftovers(owned)), 120)
         exits = [e for e in self.journal() if e["event"] == "exited" and e["pod"] in grace]
         slow = [e for e in exits if e.get("after_sigterm_s") is None or e["after_sigterm_s"] > grace[e["pod"]] / 2
                 or e["exit_code"] == 137]
@@ -265,9 +272,25 @@ class Run:
         worst = max((e["after_sigterm_s"] for e in last.values()), default=0)
         return f"{len(last)} containers exited on SIGTERM, slowest {worst:.2f}s; nothing owned left"
 
-    def leftovers(self):
-        items = kjson("-n", self.ns, "get", OWNED_KINDS, "-l", f"app.kubernetes.io/instance={self.name}")["items"]
-        return [f"{i['kind']}/{i['metadata']['name']}" for i in items]
+    def owned(self):
+        """UIDs of the resource and of everything it owns, through ownerReferences at any depth."""
+        items = kjson("-n", self.ns, "get", OWNED_KINDS)["items"]
+        uids = {kjson("-n", self.ns, "get", "trd", self.name)["metadata"]["uid"]}
+        while True:
+            more = {i["metadata"]["uid"] for i in items if owner_uids(i) & uids} - uids
+            if not more:
+                return uids
+            uids |= more
+
+    def leftovers(self, owned):
+        """What is left of `owned` (taken before the delete, so that dependents of owners already
+        gone still count), of its dependents, or of what the operator labelled as this resource's;
+        objects the test made beside it (the API key Secret, the weights) are not the resource's."""
+        mark = {**OPERATOR_LABELS, "app.kubernetes.io/instance": self.name}
+        items = kjson("-n", self.ns, "get", OWNED_KINDS)["items"]
+        return [f"{i['kind']}/{i['metadata']['name']}" for i in items
+                if i["metadata"]["uid"] in owned or owner_uids(i) & owned
+                or mark.items() <= (i["metadata"].get("labels") or {}).items()]
 
     def journal(self):
         path = os.path.join(os.environ["LOCALNODE_STATE"], "journal.jsonl")
