@@ -87,8 +87,7 @@ fn group_affinity(trd: &TokenRouterDeployment, model: &ModelSpec) -> Option<Affi
         topology_key: "kubernetes.io/hostname".into(),
         ..Default::default()
     };
-    let required = mps::enabled(trd.spec.node_pool.as_ref().and_then(|p| p.mps.as_ref())).is_some();
-    let affinity = if required {
+    let affinity = if shares_gpu(trd) {
         PodAffinity {
             required_during_scheduling_ignored_during_execution: Some(vec![term]),
             ..Default::default()
@@ -108,6 +107,28 @@ fn group_affinity(trd: &TokenRouterDeployment, model: &ModelSpec) -> Option<Affi
         pod_affinity: Some(affinity),
         ..Default::default()
     })
+}
+
+/// Under MPS a group's model pods share one GPU (pod affinity makes it required).
+fn shares_gpu(trd: &TokenRouterDeployment) -> bool {
+    mps::enabled(trd.spec.node_pool.as_ref().and_then(|p| p.mps.as_ref())).is_some()
+}
+
+/// The models whose weights model `m`'s pod mounts: its own; the entry's
+/// (tokenizer and router files live there); and under MPS every model, since
+/// the group's models then share one GPU and each pod plans the KV budget
+/// over the weights of all of them (the subserver's `planned_budget`). A pod
+/// that saw only its own weights would claim the fraction of the whole GPU.
+fn model_pod_mounts<'a>(trd: &'a TokenRouterDeployment, m: &'a ModelSpec) -> Vec<&'a ModelSpec> {
+    let shared_gpu = shares_gpu(trd);
+    let entry = entry_model(trd);
+    let mut mounts = vec![m];
+    for other in &trd.spec.models {
+        if other.name != m.name && (shared_gpu || other.name == entry.name) {
+            mounts.push(other);
+        }
+    }
+    mounts
 }
 
 /// What differs between the two placements' pods.
@@ -290,11 +311,7 @@ pub fn serving(
                 let plan = PodPlan {
                     set: names::model_set(trd, &m.name),
                     model: Some(m),
-                    mounts: if m.entry {
-                        vec![m]
-                    } else {
-                        vec![m, entry_model(trd)]
-                    },
+                    mounts: model_pod_mounts(trd, m),
                     args: vec![
                         "subserver".into(),
                         "--config".into(),

@@ -280,6 +280,51 @@ fn pod_per_group_runs_every_model_in_one_pod() {
     assert!(groups.contains("http://demo-group-1.demo-group.ai.svc:8080"));
 }
 
+fn model_mounts(set: &StatefulSet) -> Vec<&str> {
+    main_container(set)
+        .volume_mounts
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|m| m.mount_path.as_str())
+        .filter(|p| p.starts_with("/models/"))
+        .collect()
+}
+
+#[test]
+fn model_pods_mount_every_model_that_shares_their_gpu() {
+    // Own GPU each: the entry sees its own weights, the other model its own
+    // and the entry's (tokenizer, router).
+    let mut trd = sample();
+    let d = desired(&trd, &inputs(1));
+    assert_eq!(model_mounts(&d.serving[0].0), ["/models/small"]);
+    assert_eq!(
+        model_mounts(&d.serving[1].0),
+        ["/models/big", "/models/small"]
+    );
+    // Under MPS both share one GPU and plan one KV budget over both models'
+    // weights: each pod must see both, or the entry claims the whole GPU.
+    trd.spec.node_pool = Some(NodePoolSpec {
+        node_selector: None,
+        tolerations: None,
+        mps: Some(MpsSpec {
+            enabled: true,
+            active_thread_percentage: None,
+            pipe_directory: None,
+            daemon: MpsDaemon::DevicePlugin,
+        }),
+    });
+    let d = desired(&trd, &inputs(1));
+    assert_eq!(
+        model_mounts(&d.serving[0].0),
+        ["/models/small", "/models/big"]
+    );
+    assert_eq!(
+        model_mounts(&d.serving[1].0),
+        ["/models/big", "/models/small"]
+    );
+}
+
 #[test]
 fn mps_adds_pool_env_shared_dir_required_affinity_and_sidecar() {
     let mut trd = sample();

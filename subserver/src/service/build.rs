@@ -182,10 +182,11 @@ fn planned_budget(cfg: &EngineConfig, i: usize) -> Result<KvBudget, EngineError>
 }
 
 /// The footprints of the models that share model `i`'s device: its own,
-/// and those of the others whose weights this process can see. A pod per
-/// model mounts only its own directory (and has its own device), so a
-/// directory that is not there is not on this device; an in-process group
-/// fails on it when that model loads.
+/// and those of the others whose weights this process can see. The operator
+/// mounts every model in each pod of a group that shares one GPU (MPS), and
+/// otherwise only a pod's own model and the entry's, so a directory that is
+/// not there is not on this device; an in-process group fails on it when
+/// that model loads.
 fn device_footprints(cfg: &EngineConfig, i: usize) -> Result<Vec<ModelFootprint>, EngineError> {
     let spec = &cfg.models()[i];
     let mut models = Vec::new();
