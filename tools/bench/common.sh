@@ -25,7 +25,8 @@ ROUTER=${ROUTER:-${TOKENROUTER_CACHE:-$ROOT/.cache}/routers/smollm2-135m-l12-hea
 
 # pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = healed 12-layer
 # early exit, reference = full model) with routing policy CLASS and its kwargs
-# (a YAML flow map such as "{threshold: 0.3}"), in $DTYPE (default f32).
+# (a YAML flow map such as "{threshold: 0.3}"), in $DTYPE (default `auto`, as
+# `make run`: bf16 on a CPU with native bf16, f32 elsewhere).
 pair_config() {
   cat >"$RAW/configs/$1.yaml" <<YAML
 model:
@@ -39,7 +40,7 @@ scheduler_class: $2
 scheduler_kwargs: $3
 backend: tch
 device: cpu
-dtype: ${DTYPE:-f32}
+dtype: ${DTYPE:-auto}
 execution_mode: async_delayed
 YAML
   echo "$RAW/configs/$1.yaml"
@@ -56,7 +57,7 @@ system:
 scheduler_class: Single
 backend: tch
 device: cpu
-dtype: ${DTYPE:-f32}
+dtype: ${DTYPE:-auto}
 YAML
   echo "$RAW/configs/$1.yaml"
 }
