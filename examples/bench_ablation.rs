@@ -495,12 +495,13 @@ fn main() -> Result<()> {
                 .map(|(b, ms)| format!("B={b}: {ms:.1} ms"))
                 .collect();
             page.para(&format!(
-            "Profile `{}` (written by `make bench-engine`: SmolLM2-135M, f32, bare forward, greedy decode \
+            "Profile `{}` (written by `make bench-engine`: SmolLM2-135M in {}, bare forward, greedy decode \
              steps; prefill of one {}-token prompt: {:.1} ms): {}. Fitted as \
              `step = L × ({:.3} + {:.4} × sequences + {:.4} × new tokens)`, with L = {} / {} ms, so a \
              one-sequence decode step keeps the paper's latency and a batch of 16 costs {:.2}× as much. \
              The chain gets the decode-step table `L × ({:.3} + {:.4} × B)`; it does not model prefill.",
             path.file_name().and_then(|f| f.to_str()).unwrap_or("profile"),
+            prof.dtype.as_deref().unwrap_or("a dtype it did not record"),
             prof.prefill_tokens,
             prof.prefill_ms,
             measured.join(", "),

@@ -335,6 +335,7 @@ fn main() -> Result<()> {
         prefill_tokens: args.prompt_tokens,
         prefill_ms: f64::NAN,
         context: Vec::new(),
+        dtype: Some(dtype.to_string()),
     };
     for &b in &args.batches {
         for rep in 1..=args.repeats.max(1) {

@@ -101,7 +101,40 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), EngineError> {
     Ok((free as u64, total as u64))
 }
 
-/// Sets libtorch's intra-op CPU threads.
+/// Sets libtorch's intra-op CPU threads (for the calling thread's steps).
 pub fn set_cpu_threads(n: i32) {
     tch::set_num_threads(n.max(1));
+}
+
+/// Ends the OpenMP worker threads the calling thread started (libgomp's
+/// `omp_pause_resource_all`; nothing where the symbol is missing).
+///
+/// Every thread that runs a multi-threaded libtorch op keeps its own pool
+/// of workers. Once libgomp manages more threads than there are cores, it
+/// stops spinning at each op's barrier and puts the workers to sleep
+/// instead: a futex wake per op, about a thousand per token, which made a
+/// one-model server as slow with two threads as with one (9.7 against
+/// 17.4 tok/s for `generate` on the same 2-core machine). So the thread
+/// that loads the models gives its workers back before the scheduler
+/// threads step, and a model of a group gives them back after a step that
+/// used more than one thread (see `scheduler::cpu_share`).
+pub fn release_cpu_workers() {
+    type Pause = unsafe extern "C" fn(i32) -> i32;
+    const OMP_PAUSE_SOFT: i32 = 1;
+    static PAUSE: OnceLock<Option<Pause>> = OnceLock::new();
+    let pause = PAUSE.get_or_init(|| {
+        let this = libloading::os::unix::Library::this();
+        // SAFETY: OpenMP 5.0 declares `int omp_pause_resource_all(omp_pause_resource_t)`.
+        #[allow(unsafe_code)] // FFI: looking up an OpenMP runtime symbol.
+        let sym = unsafe { this.get::<Pause>(b"omp_pause_resource_all\0") };
+        sym.ok().map(|s| *s)
+    });
+    if let Some(pause) = pause {
+        // SAFETY: called outside any parallel region; it only ends this
+        // thread's idle pool, which the next parallel op starts again.
+        #[allow(unsafe_code)] // FFI: omp_pause_resource_all.
+        unsafe {
+            pause(OMP_PAUSE_SOFT);
+        }
+    }
 }

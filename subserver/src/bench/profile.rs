@@ -29,6 +29,9 @@ pub struct StepProfile {
     /// there (empty in profiles written before they were measured).
     #[serde(default)]
     pub context: Vec<ContextPoint>,
+    /// The weights' and KV's dtype (`None` in profiles written before it was recorded).
+    #[serde(default)]
+    pub dtype: Option<String>,
 }
 
 /// One sequence prefilled to `tokens` positions, then decoded.
@@ -254,6 +257,7 @@ mod tests {
             prefill_tokens: 33,
             prefill_ms: 119.0,
             context: vec![],
+            dtype: None,
         };
         let r = p.relative();
         assert_eq!(r.per_context, 0.0);
@@ -281,6 +285,7 @@ mod tests {
                     decode_ms: step(1.0, 1.0, n),
                 })
                 .collect(),
+            dtype: None,
         };
         let r = p.relative();
         assert!((r.per_context - 0.01 / 55.0).abs() < 1e-9, "{r:?}");

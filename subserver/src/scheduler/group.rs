@@ -60,6 +60,9 @@ pub struct GroupSettings {
     /// Steer the policy's threshold so this share of output tokens is
     /// written by models other than the entry (`None`: fixed threshold).
     pub target_large_share: Option<f64>,
+    /// The CPU cores an in-process group's models share step by step
+    /// (`None`: each keeps the intra-op threads it was given at start).
+    pub cpu_cores: Option<usize>,
 }
 
 impl GroupSettings {
@@ -112,6 +115,7 @@ impl Default for GroupSettings {
             peer_timeout: Duration::from_secs(30),
             transport: GroupTransport::InProc,
             target_large_share: None,
+            cpu_cores: None,
         }
     }
 }
@@ -143,7 +147,7 @@ impl Group {
         metrics: Option<&SubserverMetrics>,
     ) -> Self {
         let n = members.len();
-        let shared = Arc::new(GroupShared::new(n));
+        let shared = Arc::new(GroupShared::new(n).with_cpu_cores(settings.cpu_cores));
         let (senders, receivers): (Vec<_>, Vec<_>) = (0..n).map(|_| inbox()).unzip();
         shared.set_inboxes(senders.clone());
         let alive: Arc<[AtomicBool]> = (0..n).map(|_| AtomicBool::new(true)).collect();

@@ -5,6 +5,7 @@
 pub mod batching;
 pub mod client;
 pub mod core;
+pub mod cpu_share;
 pub mod group;
 pub mod inbox;
 pub mod inproc;

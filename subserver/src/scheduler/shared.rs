@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
+use crate::scheduler::cpu_share::CpuShare;
 use crate::scheduler::inbox::{Inbound, InboxSender};
 
 /// Shared by the schedulers of one in-process group.
@@ -31,6 +32,9 @@ pub struct GroupShared {
     pub barrier: StepBarrier,
     /// One step at a time (serial mode); `unlock_fair` hands it over in turn.
     pub serial: parking_lot::Mutex<()>,
+    /// The CPU cores the models' steps draw their threads from, when the
+    /// group's models run on the CPU (`None`: threads fixed at start).
+    cpu: Option<CpuShare>,
 }
 
 impl GroupShared {
@@ -45,7 +49,20 @@ impl GroupShared {
             inboxes: Mutex::new(Vec::new()),
             barrier: StepBarrier::new(num_models),
             serial: parking_lot::Mutex::new(()),
+            cpu: None,
         }
+    }
+
+    /// Steps draw their intra-op threads from `cores` CPU cores (see [`CpuShare`]).
+    pub fn with_cpu_cores(mut self, cores: Option<usize>) -> Self {
+        self.cpu = cores.map(|c| CpuShare::new(c, self.parked.len()));
+        self
+    }
+
+    /// Intra-op threads for a step of an awake thread (`None`: no share).
+    pub fn cpu_threads(&self) -> Option<usize> {
+        let others = self.awake.load(Ordering::SeqCst).saturating_sub(1);
+        self.cpu.map(|c| c.threads(others))
     }
 
     /// Registers the inboxes to nudge when the group goes quiet.

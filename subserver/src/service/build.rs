@@ -33,9 +33,12 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
     apply_cpu_threads(cfg, &all);
     check_shared_vocabulary(cfg)?;
     let cell = LiveThreshold::new(0.0);
-    (0..cfg.models().len())
+    let members = (0..cfg.models().len())
         .map(|i| member(cfg, i, Some(cell.clone())))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    // This thread steps no model; its OpenMP workers would only crowd the cores.
+    crate::device::release_cpu_workers();
+    Ok(members)
 }
 
 /// Refuses a group whose models' tokenizers differ, before any weights
@@ -332,6 +335,7 @@ pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
         }
         TransportConfig::InProc => (Duration::from_secs(60), GroupTransport::InProc),
     };
+    let inproc = matches!(transport, GroupTransport::InProc);
     Ok(GroupSettings {
         entry: cfg.entry_index() as u16,
         mode: cfg.execution_mode(),
@@ -344,7 +348,21 @@ pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
         peer_timeout,
         transport,
         target_large_share: cfg.target_large_share(),
+        cpu_cores: inproc.then(|| shared_cpu_cores(cfg)).flatten(),
     })
+}
+
+/// The cores an in-process group's models share step by step: two or more
+/// models, every one a tch model on the CPU, and no `system.threads` (which
+/// fixes the threads).
+/// Each step then takes the cores the other models' steps leave free, so a
+/// model stepping alone (the models mostly take turns at low concurrency)
+/// is not held to `cores / models`.
+fn shared_cpu_cores(cfg: &EngineConfig) -> Option<usize> {
+    let all_cpu = cfg.models().iter().all(|m| !m.device.is_cuda());
+    let several = cfg.models().len() > 1;
+    (cfg.system().threads.is_none() && cfg.backend() == Backend::Tch && all_cpu && several)
+        .then(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[cfg(test)]
@@ -381,6 +399,21 @@ mod thread_tests {
         let sim = "model:\n  quick:\n    path: a\n    sim: {latency_ms: {base: 1.0}}\n  reference:\n    path: b\n    sim: {latency_ms: {base: 1.0}}\nsystem:\n  entry_model: quick\nscheduler_class: Random\nbackend: sim\n";
         let sim = EngineConfig::from_yaml_str(sim, Path::new(".")).unwrap();
         assert_eq!(cpu_threads(&sim, &[0, 1], 16), None);
+    }
+
+    #[test]
+    fn an_in_process_cpu_group_shares_its_cores_step_by_step() {
+        let cpu = cfg("backend: tch\ndevice: cpu\n");
+        assert!(shared_cpu_cores(&cpu).is_some_and(|c| c >= 1));
+        assert_eq!(settings(&cpu).unwrap().cpu_cores, shared_cpu_cores(&cpu));
+        // Fixed threads, GPUs and the simulator keep what they have.
+        let yaml = "model:\n  quick:\n    path: a\n  reference:\n    path: b\nsystem:\n  entry_model: quick\n  threads: 2\nscheduler_class: Random\nbackend: tch\ndevice: cpu\n";
+        let set = EngineConfig::from_yaml_str(yaml, Path::new(".")).unwrap();
+        assert_eq!(shared_cpu_cores(&set), None);
+        assert_eq!(shared_cpu_cores(&cfg("backend: tch\ndevice: cuda\n")), None);
+        let sim = "model:\n  quick:\n    path: a\n    sim: {latency_ms: {base: 1.0}}\n  reference:\n    path: b\n    sim: {latency_ms: {base: 1.0}}\nsystem:\n  entry_model: quick\nscheduler_class: Random\nbackend: sim\n";
+        let sim = EngineConfig::from_yaml_str(sim, Path::new(".")).unwrap();
+        assert_eq!(shared_cpu_cores(&sim), None);
     }
 
     /// A podPerModel pod mounts only its own weights: planning its CUDA

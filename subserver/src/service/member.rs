@@ -71,6 +71,8 @@ impl MemberService {
         build::check_shared_vocabulary(cfg)?;
         build::apply_cpu_threads(cfg, &[index]);
         let member = build::member(cfg, index, None)?;
+        // This thread steps no model; its OpenMP workers would only crowd the cores.
+        crate::device::release_cpu_workers();
         let knob = member.policy.knob();
         let settings = build::settings(cfg)?;
         let registry = Registry::new();

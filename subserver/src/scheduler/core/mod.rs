@@ -96,6 +96,10 @@ pub struct Scheduler<R: ModelRunner> {
     host_logits: HostLogits,
     /// Requests removed (their KV freed) since the stats were last published.
     freed_unpublished: u64,
+    /// Intra-op threads this thread last set for a step (a CPU share).
+    cpu_threads: Option<usize>,
+    /// A step of this thread started OpenMP workers that still run.
+    holds_cpu_pool: bool,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -134,6 +138,8 @@ impl<R: ModelRunner> Scheduler<R> {
             asleep: false,
             host_logits: HostLogits::default(),
             freed_unpublished: 0,
+            cpu_threads: None,
+            holds_cpu_pool: false,
         }
     }
 
@@ -199,6 +205,9 @@ impl<R: ModelRunner> Scheduler<R> {
             let mut timeout = self.wait_timeout(lockstep);
             if !timeout.is_zero() && !self.go_to_sleep() {
                 timeout = Duration::ZERO;
+            }
+            if !timeout.is_zero() {
+                self.release_cpu_pool();
             }
             let received = self.inbox.recv_timeout(timeout);
             self.wake_up();

@@ -50,6 +50,9 @@ impl<R: ModelRunner> Scheduler<R> {
             (Some(s), ExecutionMode::Serial) => Some(s.serial.lock()),
             _ => None,
         };
+        if let Some(threads) = shared.as_ref().and_then(|s| s.cpu_threads()) {
+            self.use_cpu_threads(threads);
+        }
         let started = Instant::now();
         let result = self.runner.forward(&batch);
         let elapsed = started.elapsed();
@@ -77,6 +80,30 @@ impl<R: ModelRunner> Scheduler<R> {
                 warn!(error = %e, "forward failed");
                 self.fail_batch(&plan, &e.to_string());
             }
+        }
+    }
+
+    /// Sets this thread's intra-op threads for the coming step (only on a
+    /// change). A one-thread step first ends the OpenMP workers an earlier
+    /// step started: while two models' threads each keep a pool, libgomp
+    /// counts more threads than cores and sleeps at every op's barrier
+    /// (see `device::release_cpu_workers`).
+    fn use_cpu_threads(&mut self, threads: usize) {
+        if threads == 1 {
+            self.release_cpu_pool();
+        }
+        if self.cpu_threads != Some(threads) {
+            crate::device::set_cpu_threads(threads as i32);
+            self.cpu_threads = Some(threads);
+        }
+        self.holds_cpu_pool |= threads > 1;
+    }
+
+    /// Ends this thread's OpenMP workers, if a step started them: before it
+    /// sleeps (another model may take every core next) or steps on one thread.
+    pub(super) fn release_cpu_pool(&mut self) {
+        if std::mem::take(&mut self.holds_cpu_pool) {
+            crate::device::release_cpu_workers();
         }
     }
 
