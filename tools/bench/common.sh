@@ -72,6 +72,20 @@ bench_serve() {
     --out "$RAW/$label" --no-progress "$@"
 }
 
+# ratios NUM DEN N: NUM's output tok/s over DEN's at concurrency N, one ratio
+# per repeat (NUM, NUM-2, ... over DEN, DEN-2, ...; $REPEATS of them), as
+# `report --verdict` takes them.
+ratios() {
+  python3 - "$RAW" "$1" "$2" "$3" "${REPEATS:-1}" <<'PY'
+import json, os, sys
+raw, num, den, n, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+def tok_s(d):
+    return next(s["output_tok_s"] for s in json.load(open(os.path.join(raw, d, "summary.json"))) if s["concurrency"] == n)
+sfx = [""] + [f"-{r}" for r in range(2, repeats + 1)]
+print(",".join(f"{tok_s(num + x) / tok_s(den + x):.4f}" for x in sfx))
+PY
+}
+
 # share_of DIR: the large-model share at the lowest concurrency of a run.
 share_of() {
   python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))[0]["large_model_share"]; print(s if s is not None else 0)' "$1/summary.json"

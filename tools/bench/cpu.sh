@@ -67,16 +67,7 @@ done
 targets=()
 for n in 1 8; do
   case ",$NS," in *",$n,"*) ;; *) continue ;; esac
-  ratios=$(python3 - "$RAW" "$n" "$REPEATS" <<'PY'
-import json, os, sys
-raw, n, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def tok_s(d):
-    return next(s["output_tok_s"] for s in json.load(open(os.path.join(raw, d, "summary.json"))) if s["concurrency"] == n)
-sfx = [""] + [f"-{r}" for r in range(2, repeats + 1)]
-print(",".join(f"{tok_s('default' + x) / tok_s('large-only' + x):.4f}" for x in sfx))
-PY
-)
-  targets+=(--verdict "default group / large-only tok/s at N=$n|>=|1.2|$ratios")
+  targets+=(--verdict "default group / large-only tok/s at N=$n|>=|1.2|$(ratios default large-only "$n")")
 done
 
 # Quality as perplexity: the large model scores every method's outputs.

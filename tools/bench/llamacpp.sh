@@ -44,16 +44,7 @@ targets=()
 for spec in "1 0.6" "16 2"; do
   set -- $spec
   case ",$NS," in *",$1,"*) ;; *) continue ;; esac
-  ratios=$(python3 - "$RAW" "$1" "$REPEATS" <<'PY'
-import json, os, sys
-raw, n, repeats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-def tok_s(d):
-    return next(s["output_tok_s"] for s in json.load(open(os.path.join(raw, d, "summary.json"))) if s["concurrency"] == n)
-sfx = [""] + [f"-{r}" for r in range(2, repeats + 1)]
-print(",".join(f"{tok_s('tokenrouter-large-only' + x) / tok_s('llama.cpp' + x):.4f}" for x in sfx))
-PY
-)
-  targets+=(--verdict "our large-only / llama.cpp tok/s at N=$1|>=|$2|$ratios")
+  targets+=(--verdict "our large-only / llama.cpp tok/s at N=$1|>=|$2|$(ratios tokenrouter-large-only llama.cpp "$1")")
 done
 
 version=$("$LLAMA_PY" -c 'import llama_cpp; print(llama_cpp.__version__)')
