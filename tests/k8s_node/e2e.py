@@ -257,9 +257,13 @@ class Run:
         pods = {p["metadata"]["name"]: p for p in kjson("-n", self.ns, "get", "pods")["items"]}
         grace = {n: p["spec"].get("terminationGracePeriodSeconds", 30) for n, p in pods.items()}
         owned = self.owned()
+        # Only containers running when the delete begins get SIGTERM: one that
+        # had already exited (the GPU example's crash on a node without CUDA,
+        # waiting out its back-off) has no process to stop.
+        before = len(self.journal())
         kubectl("-n", self.ns, "delete", "trd", self.name, "--wait=true", "--timeout=180s")
         wait_until("owned objects gone", lambda: (not self.leftovers(owned), self.leftovers(owned)), 120)
-        exits = [e for e in self.journal() if e["event"] == "exited" and e["pod"] in grace]
+        exits = [e for e in self.journal()[before:] if e["event"] == "exited" and e["pod"] in grace]
         slow = [e for e in exits if e.get("after_sigterm_s") is None or e["after_sigterm_s"] > grace[e["pod"]] / 2
                 or e["exit_code"] == 137]
         last = {}
