@@ -116,8 +116,8 @@ pub fn set_cpu_threads(n: i32) {
 /// one-model server as slow with two threads as with one (9.7 against
 /// 17.4 tok/s for `generate` on the same 2-core machine). So the thread
 /// that loads the models gives its workers back before the scheduler
-/// threads step, and a model of a group gives them back after a step that
-/// used more than one thread (see `scheduler::cpu_share`).
+/// threads step, and a model of a group gives them back before it sleeps or
+/// steps on one thread (see `scheduler::cpu_share`).
 pub fn release_cpu_workers() {
     type Pause = unsafe extern "C" fn(i32) -> i32;
     const OMP_PAUSE_SOFT: i32 = 1;

@@ -354,10 +354,9 @@ pub fn settings(cfg: &EngineConfig) -> Result<GroupSettings, ServiceError> {
 
 /// The cores an in-process group's models share step by step: two or more
 /// models, every one a tch model on the CPU, and no `system.threads` (which
-/// fixes the threads).
-/// Each step then takes the cores the other models' steps leave free, so a
-/// model stepping alone (the models mostly take turns at low concurrency)
-/// is not held to `cores / models`.
+/// fixes the threads). A step then gets every core while the other models
+/// sleep (they mostly take turns at low concurrency) and `cores / models`
+/// while any is awake (see `scheduler::cpu_share`).
 fn shared_cpu_cores(cfg: &EngineConfig) -> Option<usize> {
     let all_cpu = cfg.models().iter().all(|m| !m.device.is_cuda());
     let several = cfg.models().len() > 1;
