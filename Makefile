@@ -214,13 +214,15 @@ bench-policies: assets
 bench-eval: assets
 	$(BENCH_ENV) tools/bench/eval.sh
 
-# pip compiles llama.cpp with CMake (from PyPI when missing): ~10 min on 2 cores.
-$(LLAMA_VENV)/.llama.stamp:
+# pip compiles llama.cpp with CMake (from PyPI when missing): ~10 min on 2 cores,
+# with this CPU's SIMD but without AMX (tools/bench/llama_cmake_args.sh says why).
+$(LLAMA_VENV)/.llama-noamx.stamp: tools/bench/llama_cmake_args.sh
 	test -x $(LLAMA_VENV)/bin/python || python3 -m venv $(LLAMA_VENV)
-	$(LLAMA_VENV)/bin/pip install -q --disable-pip-version-check '$(LLAMA_PKGS)'
+	CMAKE_ARGS="$$(tools/bench/llama_cmake_args.sh)" $(LLAMA_VENV)/bin/pip install -q \
+	  --disable-pip-version-check --no-cache-dir --force-reinstall '$(LLAMA_PKGS)'
 	touch $@
 
-venv-llama: $(LLAMA_VENV)/.llama.stamp
+venv-llama: $(LLAMA_VENV)/.llama-noamx.stamp
 
 # llama.cpp and us on the same GGUF, driven by the same load generator.
 bench-llamacpp: assets venv-llama

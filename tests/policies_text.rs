@@ -14,10 +14,15 @@ use subserver::scheduler::client::{SubmitOptions, Usage};
 use subserver::service::Service;
 
 fn service(policy: &str, kwargs: &str) -> Service {
+    service_with(policy, kwargs, "")
+}
+
+/// [`service`] with `extra` YAML lines (e.g. `target_large_share: 0.5\n`).
+fn service_with(policy: &str, kwargs: &str, extra: &str) -> Service {
     let yaml = format!(
         "model:\n  quick: {{path: {}}}\n  reference: {{path: {}}}\n\
          system: {{entry_model: quick, kv_cache_tokens: 4096}}\n\
-         scheduler_class: {policy}\nscheduler_kwargs: {kwargs}\nbackend: tch\ndevice: cpu\n",
+         scheduler_class: {policy}\nscheduler_kwargs: {kwargs}\nbackend: tch\ndevice: cpu\n{extra}",
         common::model_dir("smollm2-135m-l12").display(),
         common::model_dir("smollm2-135m").display(),
     );
@@ -76,6 +81,42 @@ fn query_level_pins_by_model_length_and_prompt_entropy() {
         );
         assert_eq!(&toks, expected, "threshold {threshold}");
         common::check_accounting(&toks, &w, &u);
+    }
+}
+
+#[test]
+fn target_large_share_steers_the_query_level_entropy_threshold() {
+    // The prompt-entropy classifier's threshold is a knob like any other: a
+    // high target lowers it (more prompts count as hard), a near-zero one
+    // raises it, live, from the shares the entry commits.
+    let questions = [
+        "Name three primary colors.",
+        "What is 7 + 5?",
+        "Spell the word cat backwards.",
+        "Write one sentence about the sea.",
+    ];
+    for (target, falls) in [(0.95, true), (0.01, false)] {
+        let svc = service_with(
+            "QueryLevel",
+            "{entropy_threshold: 0.5}",
+            &format!("target_large_share: {target}\n"),
+        );
+        for q in questions {
+            // 40 tokens each (EOS ignored): five control windows in all.
+            let params = SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(40)
+            };
+            let (_, mut rx) = svc
+                .group()
+                .submit_with(prompt(q), params, SubmitOptions { pin: None });
+            let (toks, w, u) = common::collect_stream(&mut rx);
+            common::check_accounting(&toks, &w, &u);
+            // Query-level: one writer per request.
+            assert!(w.iter().all(|&x| x == w[0]), "{q}: {w:?}");
+        }
+        let t = svc.group().stats(0).routing_threshold.expect("steered");
+        assert_eq!(t < 0.5, falls, "target {target}: threshold {t}");
     }
 }
 

@@ -138,3 +138,110 @@ pub fn generate(
     }
     Ok(seq[prompt.len()..].to_vec())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::runner::sim::{SimRunner, StepLatency};
+    use crate::scheduler::group::{GroupSettings, MemberSpec};
+
+    /// Records each step's (new tokens, context) instead of timing it.
+    struct Recorder(Arc<Mutex<Vec<(usize, usize)>>>);
+
+    impl StepLatency for Recorder {
+        fn step_ms(&self, _batch: usize, new_tokens: usize, context_tokens: usize) -> f64 {
+            if let Ok(mut seen) = self.0.lock() {
+                seen.push((new_tokens, context_tokens));
+            }
+            0.0
+        }
+    }
+
+    const BLOCK: usize = 4;
+
+    fn server(seen: &Arc<Mutex<Vec<(usize, usize)>>>, seed: u64) -> Group {
+        let runner = SimRunner::new(
+            "sim",
+            100,
+            vec![0],
+            Box::new(Recorder(seen.clone())),
+            4096,
+            BLOCK,
+            seed,
+        )
+        .unwrap();
+        let member = MemberSpec {
+            name: format!("m{seed}"),
+            runner: Box::new(runner),
+            policy: Box::new(crate::policy::single::SinglePolicy),
+            tokenizer: None,
+            thresholds: vec![1],
+        };
+        let settings = GroupSettings {
+            mode: crate::config::ExecutionMode::Async,
+            ..GroupSettings::default()
+        };
+        Group::start(vec![member], settings)
+    }
+
+    #[test]
+    fn every_call_prefills_what_its_server_has_not_cached() {
+        let small_seen = Arc::new(Mutex::new(Vec::new()));
+        let large_seen = Arc::new(Mutex::new(Vec::new()));
+        let servers = StdServers {
+            servers: vec![server(&small_seen, 1), server(&large_seen, 2)],
+            eos_ids: vec![0],
+        };
+        let rule = ForwardRule {
+            probability: 0.35,
+            seed: 5,
+            small: 0,
+            large: 1,
+        };
+        let prompt: Vec<u32> = (1..=10).collect();
+        let params = SamplingParams {
+            ignore_eos: true,
+            ..SamplingParams::greedy(1)
+        };
+        // The sequence length at each of the large model's turns.
+        let mut large_calls = Vec::new();
+        let mut len = prompt.len();
+        let out = generate(&servers, rule, 9, &prompt, 40, &params, |_, writer| {
+            if writer == rule.large {
+                large_calls.push(len);
+            }
+            len += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(out.len(), 40);
+        assert!(large_calls.len() >= 2, "the large model returns: {large_calls:?}");
+        // A call's prompt hits its server's prefix cache only in whole blocks
+        // of what that server computed at its previous call (the prompt of
+        // that call; its sampled token was never fed), so each return
+        // prefills every token written since, rounded to the block.
+        let expected: Vec<(usize, usize)> = large_calls
+            .iter()
+            .enumerate()
+            .map(|(k, &l)| {
+                let cached = if k == 0 {
+                    0
+                } else {
+                    large_calls[k - 1] / BLOCK * BLOCK
+                };
+                (l - cached, l)
+            })
+            .collect();
+        assert_eq!(*large_seen.lock().unwrap(), expected);
+        // The small server sees every position, one call per token.
+        let small = small_seen.lock().unwrap();
+        assert_eq!(small.len(), 40);
+        assert_eq!(small[0], (prompt.len(), prompt.len()));
+        for (i, &(new, ctx)) in small.iter().enumerate().skip(1) {
+            let l = prompt.len() + i;
+            assert_eq!((new, ctx), (l - (l - 1) / BLOCK * BLOCK, l), "call {i}");
+        }
+    }
+}

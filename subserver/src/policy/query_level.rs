@@ -10,10 +10,14 @@
 //!   request is delegated to the large model, which writes every token
 //!   (RouteLLM's difficulty score, computed at prefill). The group's
 //!   `target_large_share` steers τ like any threshold;
-//! - `query_share: s` (with or without `entropy_threshold`): τ is
-//!   calibrated to send a share `s` of queries large: it is the `1 - s`
-//!   quantile of the prompt entropies seen so far (the last
-//!   [`CALIBRATION_WINDOW`]), so the hardest `s` of prompts go large;
+//! - `query_share: s` (with or without `entropy_threshold`): a prompt goes
+//!   large when its entropy ranks among the hardest `s` of the prompts seen
+//!   so far (the last [`CALIBRATION_WINDOW`], itself included). The rank is
+//!   randomized within ties and within the gap to the next rank (a draw from
+//!   the request's seed), so every query, the first one included, goes large
+//!   with probability `s`: a short benchmark or repeated identical prompts
+//!   still see the asked share. τ, reported as the live threshold, is the
+//!   `1 - s` quantile;
 //! - `random_share: p`: random query-level routing, each query large with
 //!   probability `p`, drawn once from the request's seed (mixed with `seed`).
 //!
@@ -33,15 +37,28 @@ use crate::routing::{Dest, RoutingPolicy, StepView};
 pub const CALIBRATION_WINDOW: usize = 1024;
 /// The draw stream of random query-level routing (apart from per-token draws).
 const QUERY_STREAM: u64 = 0x0051_7565_7279;
+/// The draw stream that breaks ties in the calibrated rank.
+const RANK_STREAM: u64 = 0x0052_616e_6b00;
 /// The threshold before any prompt is seen, when `query_share` is set alone.
 const DEFAULT_ENTROPY_THRESHOLD: f64 = 0.5;
 
-/// Calibrates the entropy threshold to a share of queries: the `1 - share`
-/// quantile of the recent prompt entropies.
+/// Calibrates query-level routing to a share of queries: a prompt goes
+/// large when its randomized rank among the recent prompt entropies is in
+/// the top `share`.
 #[derive(Debug, Clone)]
 pub struct ShareCalibration {
     share: f64,
     seen: VecDeque<f32>,
+}
+
+/// One calibrated decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ShareDecision {
+    /// The prompt goes to the large model.
+    pub large: bool,
+    /// The `1 - share` quantile of the remembered entropies (the threshold
+    /// reported for the calibration).
+    pub threshold: f64,
 }
 
 impl ShareCalibration {
@@ -53,19 +70,27 @@ impl ShareCalibration {
         }
     }
 
-    /// Records a prompt's entropy and returns the threshold it is judged
-    /// by: the largest value that still leaves at most `share` of the
-    /// remembered prompts (this one included) above it.
-    pub fn observe(&mut self, entropy: f32) -> f64 {
+    /// Records a prompt's entropy and decides it. `u` in `[0, 1)` places
+    /// the prompt within its rank: its percentile is `(below + u * tied) /
+    /// n`, where `tied` counts equal entropies (itself included). Under
+    /// exchangeable arrivals that percentile is uniform on `[0, 1)` at every
+    /// `n`, so `P(large) = share` from the first query on, ties and all.
+    pub fn decide(&mut self, entropy: f32, u: f64) -> ShareDecision {
         if self.seen.len() == CALIBRATION_WINDOW {
             self.seen.pop_front();
         }
         self.seen.push_back(entropy);
         let mut sorted: Vec<f32> = self.seen.iter().copied().collect();
         sorted.sort_by(f32::total_cmp);
-        let above = (self.share * sorted.len() as f64).floor() as usize;
-        // The prompts above index `len - above - 1` are the hardest `above`.
-        sorted[sorted.len() - above - 1] as f64
+        let n = sorted.len();
+        let below = sorted.partition_point(|&e| e < entropy);
+        let tied = sorted.partition_point(|&e| e <= entropy) - below;
+        let percentile = (below as f64 + u * tied as f64) / n as f64;
+        let above = (self.share * n as f64).floor() as usize;
+        ShareDecision {
+            large: percentile >= 1.0 - self.share,
+            threshold: sorted[n - above.min(n - 1) - 1] as f64,
+        }
     }
 }
 
@@ -124,13 +149,16 @@ impl QueryLevelPolicy {
     }
 
     /// The entropy predicate: an uncertain prompt goes to the large model.
-    /// With `query_share`, the prompt first moves the calibrated threshold.
-    pub fn prompt_is_hard(&mut self, mean_entropy: f32) -> bool {
+    /// With `query_share`, the calibration decides (its rank draw comes from
+    /// the request's `seed`) and moves the reported threshold.
+    pub fn prompt_is_hard(&mut self, mean_entropy: f32, seed: u64) -> bool {
         let Some(cell) = self.entropy_threshold.as_ref() else {
             return false;
         };
         if let Some(cal) = self.calibration.as_mut() {
-            cell.set(cal.observe(mean_entropy));
+            let d = cal.decide(mean_entropy, uniform(seed ^ self.seed, 0, RANK_STREAM));
+            cell.set(d.threshold);
+            return d.large;
         }
         mean_entropy as f64 > cell.get()
     }
@@ -168,7 +196,7 @@ impl RoutingPolicy for QueryLevelPolicy {
             .map(|item| {
                 let large = routes
                     && (self.drawn_large(item.seed)
-                        || item.prompt_entropy.is_some_and(|h| self.prompt_is_hard(h)));
+                        || item.prompt_entropy.is_some_and(|h| self.prompt_is_hard(h, item.seed)));
                 if large {
                     Dest::Delegate { to: self.target }
                 } else {
@@ -216,8 +244,8 @@ mod tests {
         let kw = serde_json::json!({"entropy_threshold": 0.4});
         let mut p = QueryLevelPolicy::from_kwargs(&kw, at(0), &PolicyEnv::default()).unwrap();
         assert!(p.wants_prompt_entropy());
-        assert!(p.prompt_is_hard(0.41));
-        assert!(!p.prompt_is_hard(0.39));
+        assert!(p.prompt_is_hard(0.41, 1));
+        assert!(!p.prompt_is_hard(0.39, 1));
         let guest = QueryLevelPolicy::from_kwargs(&kw, at(1), &PolicyEnv::default()).unwrap();
         assert!(
             !guest.wants_prompt_entropy(),
@@ -260,8 +288,11 @@ mod tests {
     #[test]
     fn the_calibrated_threshold_sends_the_asked_share_of_queries_large() {
         let mut cal = ShareCalibration::new(0.25);
-        // One prompt: nothing is above its own quantile.
-        assert_eq!(cal.observe(0.9), f64::from(0.9f32));
+        // One prompt: the threshold is its entropy; its rank draw decides.
+        let d = cal.decide(0.9, 0.8);
+        assert_eq!(d.threshold, f64::from(0.9f32));
+        assert!(d.large, "a draw in the top quarter of its rank goes large");
+        assert!(!cal.decide(0.9, 0.5).large);
         let kw = serde_json::json!({"query_share": 0.25});
         let mut p = QueryLevelPolicy::from_kwargs(&kw, at(0), &PolicyEnv::default()).unwrap();
         assert!(p.wants_prompt_entropy());
@@ -280,6 +311,25 @@ mod tests {
         // With the full window the threshold is the 75% quantile.
         let t = p.entropy_threshold.as_ref().unwrap().get();
         assert!((0.73..=0.76).contains(&t), "threshold {t}");
+    }
+
+    #[test]
+    fn a_short_run_or_identical_prompts_still_see_the_asked_share() {
+        // Eight requests with the same prompt entropy (a repeated prompt), a
+        // fresh policy each time: the mean share over many seeds is the
+        // asked 0.3, not 0 (cold start) or 1 (ties).
+        let mut large = 0;
+        let runs = 400u64;
+        for run in 0..runs {
+            let kw = serde_json::json!({"query_share": 0.3, "seed": run});
+            let mut p = QueryLevelPolicy::from_kwargs(&kw, at(0), &PolicyEnv::default()).unwrap();
+            for r in 0..8u64 {
+                let items = [item(r as Rid, run * 8 + r, Some(0.42))];
+                large += usize::from(p.route(&view_of(&items)) == vec![Dest::Delegate { to: 1 }]);
+            }
+        }
+        let share = large as f64 / (runs * 8) as f64;
+        assert!((share - 0.3).abs() < 0.03, "share {share}");
     }
 
     #[test]

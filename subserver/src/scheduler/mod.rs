@@ -11,6 +11,7 @@ pub mod inbox;
 pub mod inproc;
 pub mod member;
 pub mod policy;
+pub mod prompt_memo;
 pub mod seq;
 pub mod share_control;
 pub mod shared;

@@ -34,6 +34,7 @@ use crate::sampling::HostLogits;
 use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInputs};
 use crate::scheduler::client::RequestError;
 use crate::scheduler::inbox::{Inbound, InboxReceiver};
+use crate::scheduler::prompt_memo::PromptMemo;
 use crate::scheduler::seq::Seq;
 use crate::scheduler::share_control::ShareController;
 use crate::scheduler::shared::GroupShared;
@@ -100,6 +101,8 @@ pub struct Scheduler<R: ModelRunner> {
     cpu_threads: Option<usize>,
     /// A step of this thread started OpenMP workers that still run.
     holds_cpu_pool: bool,
+    /// Whole-prompt entropies, for prompts the prefix cache serves again.
+    prompt_memo: PromptMemo,
 }
 impl<R: ModelRunner> Scheduler<R> {
     /// A scheduler; run it with [`Scheduler::run`] on its own thread.
@@ -140,6 +143,7 @@ impl<R: ModelRunner> Scheduler<R> {
             freed_unpublished: 0,
             cpu_threads: None,
             holds_cpu_pool: false,
+            prompt_memo: PromptMemo::default(),
         }
     }
 

@@ -207,7 +207,14 @@ impl<R: ModelRunner> Scheduler<R> {
             let prompt_entropy = match seq.home_state.as_mut() {
                 Some(hs) if !hs.first_routed => {
                     hs.first_routed = true;
-                    hs.prompt_entropy.mean()
+                    let measured = hs.prompt_entropy.mean();
+                    if self.policy.wants_prompt_entropy() {
+                        let prompt = &seq.tokens[..hs.prompt_len.min(seq.tokens.len())];
+                        self.prompt_memo
+                            .score(prompt, hs.cached_prompt, measured)
+                    } else {
+                        measured
+                    }
                 }
                 _ => None,
             };
