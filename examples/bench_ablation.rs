@@ -16,6 +16,7 @@ use anyhow::Result;
 use clap::Parser;
 use loadgen::page::Page;
 use loadgen::plot::{chart, Series, Style};
+use loadgen::verdict::NOISY_LOAD;
 use subserver::bench::profile::{RelativeCosts, StepProfile};
 use subserver::bench::sim_bench::{run, BenchMode, SimBenchOptions};
 use tuner::{best, predict, StepLatency, TunerInputs};
@@ -116,9 +117,6 @@ impl Cell {
         }
     }
 }
-
-/// Load average above which a measurement is marked noisy.
-const NOISY_LOAD: f64 = 2.0;
 
 fn cell(args: &Args, mode: BenchMode, n: usize, costs: &Costs, cap: Option<usize>) -> Result<Cell> {
     let load = loadgen::machine::load_average();

@@ -37,8 +37,20 @@ fn serve_query_level(dir: &tempfile::TempDir, kwargs: &str) -> (Proc, String) {
 fn bench(url: &str, out: &std::path::Path) -> Output {
     Command::new(common::binary())
         .args(["bench", "--url", url, "--model", "tokenrouter"])
-        .args(["--large-model", "reference", "--query-level", "--no-progress"])
-        .args(["--concurrency", "2", "--num-prompts", "16", "--max-tokens", "4"])
+        .args([
+            "--large-model",
+            "reference",
+            "--query-level",
+            "--no-progress",
+        ])
+        .args([
+            "--concurrency",
+            "2",
+            "--num-prompts",
+            "16",
+            "--max-tokens",
+            "4",
+        ])
         .args(["--warmup", "0", "--ignore-eos"])
         .arg("--dataset")
         .arg(repo().join("data/eval/math30.jsonl"))

@@ -19,3 +19,4 @@ pub mod plot;
 pub mod seeds;
 pub mod stats;
 pub mod verdict;
+pub mod work_page;

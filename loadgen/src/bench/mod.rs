@@ -5,6 +5,7 @@
 pub mod output;
 pub mod record;
 pub mod summary;
+pub mod work;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -127,10 +128,16 @@ pub async fn run(
         &bar,
     )
     .await;
+    let key = settings.spec.api_key.as_deref();
+    let before = work::scrape(&client, &settings.spec.base_url, key).await;
     let t0 = Instant::now();
     let records = closed_loop(&client, settings, &prompts, 0, settings.num_prompts, &bar).await;
     let wall = t0.elapsed();
+    let after = work::scrape(&client, &settings.spec.base_url, key).await;
     bar.finish_and_clear();
-    let summary = Summary::of(&records, settings.concurrency, wall, large_model);
+    let mut summary = Summary::of(&records, settings.concurrency, wall, large_model);
+    if let (Some(b), Some(a)) = (before, after) {
+        summary.work_by_model = work::delta(&b, &a);
+    }
     (records, summary)
 }

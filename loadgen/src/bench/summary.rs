@@ -42,6 +42,10 @@ pub struct Summary {
     pub large_model_share: Option<f64>,
     /// Writer switches per 100 output tokens, when reported.
     pub switches_per_100_tokens: Option<f64>,
+    /// Each model's compute over the measured part, when the server
+    /// exposes our step counters on `/metrics` (see [`super::work`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub work_by_model: super::work::WorkByModel,
 }
 
 impl Summary {
@@ -94,6 +98,7 @@ impl Summary {
             tokens_by_model: by_model,
             large_model_share,
             switches_per_100_tokens,
+            work_by_model: super::work::WorkByModel::new(),
         }
     }
 

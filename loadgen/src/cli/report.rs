@@ -13,6 +13,7 @@ use crate::frontier;
 use crate::page::Page;
 use crate::stats::difference_interval;
 use crate::verdict::{Goal, Verdict};
+use crate::work_page;
 
 /// Arguments of `report`.
 #[derive(Debug, Args)]
@@ -86,6 +87,10 @@ pub struct ReportArgs {
     /// met with the mean, its spread and the ratio to the target.
     #[arg(long = "verdict")]
     verdicts: Vec<String>,
+    /// `GROUP|BASELINE` (two --run labels): explain their speed ratio at
+    /// each concurrency from the compute counters the runs scraped.
+    #[arg(long)]
+    speed_why: Option<String>,
 }
 
 /// Parses `NAME|>=|TARGET|V1,V2,...`.
@@ -172,6 +177,11 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
     if !runs.is_empty() {
         page.section("Throughput and latency");
         add_runs(&mut page, &runs, &assets, &stem)?;
+        if work_page::add_work(&mut page, &runs) {
+            if let Some(spec) = &args.speed_why {
+                page.para(&speed_why(&runs, spec)?);
+            }
+        }
     }
     if let Some(reference) = &args.agreement_reference {
         let r = runs
@@ -247,6 +257,20 @@ pub fn run_cli(args: ReportArgs) -> Result<()> {
         .with_context(|| format!("writing {}", args.out.display()))?;
     eprintln!("wrote {}", args.out.display());
     Ok(())
+}
+
+/// The `--speed-why GROUP|BASELINE` sentence.
+fn speed_why(runs: &[Run], spec: &str) -> Result<String> {
+    let (g, b) = spec
+        .split_once('|')
+        .with_context(|| format!("--speed-why `{spec}`: expected GROUP|BASELINE"))?;
+    let find = |label: &str| {
+        runs.iter()
+            .find(|r| r.label == label)
+            .with_context(|| format!("--speed-why: `{label}` is not a --run label"))
+    };
+    work_page::explain(find(g)?, find(b)?)
+        .with_context(|| format!("--speed-why: `{g}` and `{b}` share no concurrency with counters"))
 }
 
 /// The eval result labelled `label`.

@@ -50,6 +50,11 @@ pub const STEPS_BY_BATCH_TOTAL: &str = "tokenrouter_steps_by_batch_total";
 /// Counter `{model, batch_size}`: wall seconds of those steps; divided by
 /// [`STEPS_BY_BATCH_TOTAL`], the chain's step latency L(b) at each batch size.
 pub const STEP_SECONDS_BY_BATCH_TOTAL: &str = "tokenrouter_step_seconds_by_batch_total";
+/// Counter `{model}`: tokens fed through the model's forward (prompt
+/// chunks, the catch-up prefill of a request handed back to it, and decode
+/// tokens; vLLM's iteration tokens). Per output token, what routing costs a
+/// model beyond the tokens it writes.
+pub const STEP_TOKENS_TOTAL: &str = "tokenrouter_step_tokens_total";
 /// Counter `{model}`: tokens written by the model.
 pub const TOKENS_COMMITTED_TOTAL: &str = "tokenrouter_tokens_committed_total";
 /// Counter `{model}`: prompt tokens looked up in the prefix cache.
@@ -116,6 +121,7 @@ pub const ALL: &[MetricDef] = &[
         MetricKind::Counter,
         &["model", "batch_size"],
     ),
+    MetricDef::new(STEP_TOKENS_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(TOKENS_COMMITTED_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(PREFIX_CACHE_QUERIES_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(PREFIX_CACHE_HITS_TOTAL, MetricKind::Counter, MODEL),

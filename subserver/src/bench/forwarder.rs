@@ -217,7 +217,10 @@ mod tests {
         })
         .unwrap();
         assert_eq!(out.len(), 40);
-        assert!(large_calls.len() >= 2, "the large model returns: {large_calls:?}");
+        assert!(
+            large_calls.len() >= 2,
+            "the large model returns: {large_calls:?}"
+        );
         // A call's prompt hits its server's prefix cache only in whole blocks
         // of what that server computed at its previous call (the prompt of
         // that call; its sampled token was never fed), so each return

@@ -137,7 +137,7 @@ fn error_message(body: &str) -> String {
 async fn metrics_endpoint_serves_the_registry_as_text() {
     let f = Fixture::start();
     let quick = f.metrics.for_model("quick");
-    quick.observe_step(2, 0.01).unwrap();
+    quick.observe_step(2, 2, 0.01).unwrap();
     quick.add_tokens(9);
     let (status, body, ct) = f.get("/metrics").await;
     assert_eq!(status, 200);

@@ -33,10 +33,13 @@ mod tests {
         let registry = Registry::new();
         assert_eq!(encode_text(&registry).unwrap(), "");
         let metrics = SubserverMetrics::new(&registry).unwrap();
-        metrics.for_model("quick").observe_step(1, 0.001).unwrap();
+        metrics
+            .for_model("quick")
+            .observe_step(1, 1, 0.001)
+            .unwrap();
         metrics
             .for_model("reference")
-            .observe_step(64, 0.1)
+            .observe_step(64, 64, 0.1)
             .unwrap();
         let text = encode_text(&registry).unwrap();
         let e = exposition::parse(&text).unwrap_or_else(|err| panic!("{err}\n{text}"));

@@ -75,9 +75,15 @@ impl ModelMetrics {
         &self.shared
     }
 
-    /// Records one step of `batch` requests that took `seconds`, in the
-    /// histogram of the batch's bucket (see [`batch_bucket()`](super::batch_bucket())).
-    pub fn observe_step(&self, batch: usize, seconds: f64) -> Result<(), MetricsError> {
+    /// Records one step of `batch` requests feeding `tokens` tokens that took
+    /// `seconds`, in the histogram of the batch's bucket (see
+    /// [`batch_bucket()`](super::batch_bucket())).
+    pub fn observe_step(
+        &self,
+        batch: usize,
+        tokens: usize,
+        seconds: f64,
+    ) -> Result<(), MetricsError> {
         if !seconds.is_finite() || seconds < 0.0 {
             return Err(MetricsError::InvalidValue {
                 name: names::STEP_LATENCY_SECONDS,
@@ -97,6 +103,10 @@ impl ModelMetrics {
             .step_seconds_by_batch
             .with_label_values(&labels)
             .inc_by(seconds);
+        self.shared
+            .step_tokens
+            .with_label_values(&[self.model.as_str()])
+            .inc_by(tokens as u64);
         Ok(())
     }
 
@@ -246,7 +256,7 @@ mod tests {
         quick.set_kv_usage(0.25).unwrap();
         quick.set_threshold(4);
         quick.set_concurrency(7);
-        quick.observe_step(3, 0.004).unwrap();
+        quick.observe_step(3, 3, 0.004).unwrap();
         quick.add_transition("quick", "reference");
         quick.add_tokens(11);
         quick.add_prefix_cache(10, 6).unwrap();
@@ -329,9 +339,9 @@ mod tests {
         quick.add_decision("quick", 1);
         quick.add_decision("quick", 1);
         quick.add_decision("reference", 0);
-        quick.observe_step(3, 0.006).unwrap();
-        quick.observe_step(3, 0.007).unwrap();
-        quick.observe_step(4, 0.008).unwrap();
+        quick.observe_step(3, 3, 0.006).unwrap();
+        quick.observe_step(3, 3, 0.007).unwrap();
+        quick.observe_step(4, 4, 0.008).unwrap();
         let (text, e) = scrape(&registry);
         let to = |t| [("model", "quick"), ("to", t)];
         assert_eq!(
@@ -387,10 +397,10 @@ mod tests {
     fn step_histograms_sum_and_count_per_batch_bucket() {
         let (registry, quick) = setup();
         // Batches 3 and 4 share bucket "4"; 5 goes to "8"; 300 to "256".
-        quick.observe_step(3, 0.002).unwrap();
-        quick.observe_step(4, 0.003).unwrap();
-        quick.observe_step(5, 0.010).unwrap();
-        quick.observe_step(300, 2.0).unwrap();
+        quick.observe_step(3, 3, 0.002).unwrap();
+        quick.observe_step(4, 4, 0.003).unwrap();
+        quick.observe_step(5, 5, 0.010).unwrap();
+        quick.observe_step(300, 300, 2.0).unwrap();
         let (_, e) = scrape(&registry);
         let n = names::STEP_LATENCY_SECONDS;
         let get = |suffix: &str, bucket: &str, le: Option<&str>| {
@@ -459,13 +469,13 @@ mod tests {
     fn bad_values_are_refused_with_the_metric_named_and_nothing_recorded() {
         let (registry, quick) = setup();
         for bad in [f64::NAN, -0.001, f64::INFINITY] {
-            let err = quick.observe_step(4, bad).unwrap_err();
+            let err = quick.observe_step(4, 4, bad).unwrap_err();
             assert!(
                 err.to_string().contains(names::STEP_LATENCY_SECONDS),
                 "{err}"
             );
         }
-        let err = quick.observe_step(0, 0.01).unwrap_err();
+        let err = quick.observe_step(0, 0, 0.01).unwrap_err();
         assert!(err.to_string().contains("got 0"), "{err}");
         for bad in [1.5, -0.1, f64::NAN] {
             let err = quick.set_kv_usage(bad).unwrap_err();

@@ -27,6 +27,7 @@ pub struct SubserverMetrics {
     pub(super) route_credited: IntCounterVec,
     pub(super) steps_by_batch: IntCounterVec,
     pub(super) step_seconds_by_batch: CounterVec,
+    pub(super) step_tokens: IntCounterVec,
     pub(super) tokens_committed: IntCounterVec,
     pub(super) prefix_queries: IntCounterVec,
     pub(super) prefix_hits: IntCounterVec,
@@ -118,6 +119,11 @@ impl SubserverMetrics {
                 &["model", "batch_size"],
             )
             .map_err(|source| register_error(names::STEP_SECONDS_BY_BATCH_TOTAL, source))?,
+            step_tokens: int_counter(
+                names::STEP_TOKENS_TOTAL,
+                "Tokens fed through the model's forward (prefill, catch-up and decode).",
+                model,
+            )?,
             tokens_committed: int_counter(names::TOKENS_COMMITTED_TOTAL, "Tokens written by the model.", model)?,
             prefix_queries: int_counter(
                 names::PREFIX_CACHE_QUERIES_TOTAL,
@@ -245,6 +251,7 @@ impl SubserverMetrics {
                 names::STEP_SECONDS_BY_BATCH_TOTAL,
                 Box::new(self.step_seconds_by_batch.clone()),
             ),
+            (names::STEP_TOKENS_TOTAL, Box::new(self.step_tokens.clone())),
             (
                 names::TOKENS_COMMITTED_TOTAL,
                 Box::new(self.tokens_committed.clone()),

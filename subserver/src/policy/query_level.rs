@@ -196,7 +196,9 @@ impl RoutingPolicy for QueryLevelPolicy {
             .map(|item| {
                 let large = routes
                     && (self.drawn_large(item.seed)
-                        || item.prompt_entropy.is_some_and(|h| self.prompt_is_hard(h, item.seed)));
+                        || item
+                            .prompt_entropy
+                            .is_some_and(|h| self.prompt_is_hard(h, item.seed)));
                 if large {
                     Dest::Delegate { to: self.target }
                 } else {

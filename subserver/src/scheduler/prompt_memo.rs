@@ -1,9 +1,11 @@
 //! Prompt difficulty remembered across requests. A query-level policy
-//! judges a prompt by its mean next-token entropy, measured at prefill; a
-//! prompt served from the prefix cache is not recomputed, so only its tail
-//! would be measured and the same prompt would score differently the second
-//! time. The memo keeps the whole-prompt mean of each fully measured prompt,
-//! keyed by a hash of its tokens, so a cached repeat gets the same score.
+//! judges a prompt by its mean next-token entropy, measured at prefill over
+//! the positions the prefix cache did not serve. Served again, the same
+//! prompt would be measured over its last, uncached block only and score
+//! differently (repeated benchmark prompts then all looked hard). The memo
+//! keeps each prompt's first score, keyed by a hash of its tokens, so a
+//! prompt always scores the same. Prompts sharing a cached prefix (a system
+//! prompt) are scored over what follows it: their own question.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, VecDeque};
@@ -20,19 +22,17 @@ pub struct PromptMemo {
 }
 
 impl PromptMemo {
-    /// The score of a prompt whose first `cached` tokens came from the
-    /// prefix cache and whose other positions averaged `measured`: a fully
-    /// measured prompt is remembered and scored as measured; a cached one
-    /// takes its remembered score when there is one, else the tail's mean.
-    pub fn score(&mut self, prompt: &[u32], cached: usize, measured: Option<f32>) -> Option<f32> {
+    /// The score of `prompt` whose uncached positions averaged `measured`:
+    /// its first score when it was seen before, else `measured` (remembered).
+    pub fn score(&mut self, prompt: &[u32], measured: Option<f32>) -> Option<f32> {
         let key = key_of(prompt);
-        if cached == 0 {
-            if let Some(mean) = measured {
-                self.remember(key, mean);
-            }
-            return measured;
+        if let Some(&first) = self.means.get(&key) {
+            return Some(first);
         }
-        self.means.get(&key).copied().or(measured)
+        if let Some(mean) = measured {
+            self.remember(key, mean);
+        }
+        measured
     }
 
     fn remember(&mut self, key: u64, mean: f32) {
@@ -68,25 +68,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_repeat_scores_like_its_first_measurement() {
+    fn a_repeated_prompt_keeps_its_first_score() {
         let mut memo = PromptMemo::default();
         let prompt = [5, 6, 7, 8];
-        assert_eq!(memo.score(&prompt, 0, Some(0.4)), Some(0.4));
+        assert_eq!(memo.score(&prompt, Some(0.4)), Some(0.4));
         // Served from the cache: only the tail was measured.
-        assert_eq!(memo.score(&prompt, 3, Some(0.9)), Some(0.4));
-        // Another prompt behind a cached prefix keeps its tail's mean.
-        assert_eq!(memo.score(&[5, 6, 7, 9], 3, Some(0.7)), Some(0.7));
-        assert_eq!(memo.score(&[1], 1, None), None);
+        assert_eq!(memo.score(&prompt, Some(0.9)), Some(0.4));
+        // Another prompt behind the same cached prefix gets its own score.
+        assert_eq!(memo.score(&[5, 6, 7, 9], Some(0.7)), Some(0.7));
+        // Nothing measured, nothing remembered.
+        assert_eq!(memo.score(&[1], None), None);
+        assert_eq!(memo.score(&[1], Some(0.2)), Some(0.2));
     }
 
     #[test]
     fn the_memo_forgets_the_oldest_prompt_past_its_capacity() {
         let mut memo = PromptMemo::default();
         for t in 0..=PROMPT_MEMO_CAPACITY as u32 {
-            memo.score(&[t], 0, Some(t as f32));
+            memo.score(&[t], Some(t as f32));
         }
         assert_eq!(memo.len(), PROMPT_MEMO_CAPACITY);
-        assert_eq!(memo.score(&[0], 1, None), None, "the first is forgotten");
-        assert_eq!(memo.score(&[1], 1, None), Some(1.0));
+        assert_eq!(memo.score(&[0], None), None, "the first is forgotten");
+        assert_eq!(memo.score(&[1], None), Some(1.0));
     }
 }

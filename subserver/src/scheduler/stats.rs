@@ -170,14 +170,14 @@ impl SchedulerStats {
         self.with(|s| s.early_starts += 1);
     }
 
-    pub(crate) fn record_step(&self, batch: usize, took: Duration) {
+    pub(crate) fn record_step(&self, batch: usize, tokens: usize, took: Duration) {
         self.with(|s| {
             s.steps += 1;
             s.batch_sum += batch as u64;
             s.step_seconds += took.as_secs_f64();
         });
         if let Some(m) = self.metrics() {
-            if let Err(e) = m.observe_step(batch, took.as_secs_f64()) {
+            if let Err(e) = m.observe_step(batch, tokens, took.as_secs_f64()) {
                 tracing::debug!(error = %e, "step latency not recorded");
             }
         }

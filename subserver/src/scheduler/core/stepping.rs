@@ -61,7 +61,8 @@ impl<R: ModelRunner> Scheduler<R> {
         }
         match result {
             Ok(out) => {
-                self.stats.record_step(batch.items.len(), elapsed);
+                let fed = batch.items.iter().map(|i| i.tokens.len()).sum();
+                self.stats.record_step(batch.items.len(), fed, elapsed);
                 // Delayed batching counts a step's hand-overs as one event.
                 let delivery = shared
                     .as_ref()
@@ -210,8 +211,7 @@ impl<R: ModelRunner> Scheduler<R> {
                     let measured = hs.prompt_entropy.mean();
                     if self.policy.wants_prompt_entropy() {
                         let prompt = &seq.tokens[..hs.prompt_len.min(seq.tokens.len())];
-                        self.prompt_memo
-                            .score(prompt, hs.cached_prompt, measured)
+                        self.prompt_memo.score(prompt, measured)
                     } else {
                         measured
                     }
