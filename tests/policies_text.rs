@@ -86,19 +86,20 @@ fn query_level_pins_by_model_length_and_prompt_entropy() {
 
 #[test]
 fn target_large_share_steers_the_query_level_entropy_threshold() {
-    // The prompt-entropy classifier's threshold is a knob like any other: a
-    // high target lowers it (more prompts count as hard), a near-zero one
-    // raises it, live, from the shares the entry commits.
+    // The prompt-entropy classifier's threshold is a knob like any other.
+    // Started where every query stays small (τ = 1), a high target must
+    // lower it; started where every query goes large (τ = 0), a near-zero
+    // target must raise it: live, from the shares the entry commits.
     let questions = [
         "Name three primary colors.",
         "What is 7 + 5?",
         "Spell the word cat backwards.",
         "Write one sentence about the sea.",
     ];
-    for (target, falls) in [(0.95, true), (0.01, false)] {
+    for (start, target) in [(1.0, 0.95), (0.0, 0.01)] {
         let svc = service_with(
             "QueryLevel",
-            "{entropy_threshold: 0.5}",
+            &format!("{{entropy_threshold: {start}}}"),
             &format!("target_large_share: {target}\n"),
         );
         for q in questions {
@@ -107,16 +108,17 @@ fn target_large_share_steers_the_query_level_entropy_threshold() {
                 ignore_eos: true,
                 ..SamplingParams::greedy(40)
             };
-            let (_, mut rx) =
-                svc.group()
-                    .submit_with(prompt(q), params, SubmitOptions { pin: None });
+            let (_, mut rx) = svc
+                .group()
+                .submit_with(prompt(q), params, SubmitOptions { pin: None });
             let (toks, w, u) = common::collect_stream(&mut rx);
             common::check_accounting(&toks, &w, &u);
             // Query-level: one writer per request.
             assert!(w.iter().all(|&x| x == w[0]), "{q}: {w:?}");
         }
         let t = svc.group().stats(0).routing_threshold.expect("steered");
-        assert_eq!(t < 0.5, falls, "target {target}: threshold {t}");
+        let moved = if start == 1.0 { t < start } else { t > start };
+        assert!(moved, "target {target} from τ = {start}: threshold {t}");
     }
 }
 
