@@ -19,6 +19,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use loadgen::page::Page;
+use loadgen::verdict::NOISY_LOAD;
 use rand::{Rng, SeedableRng};
 use subserver::bench::profile::{context_points, decode_run, StepProfile};
 use subserver::config::{cpu_bf16_flags, DType, DTypeSetting, DeviceSpec, KvBudget};
@@ -213,8 +214,6 @@ fn theirs(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
 /// (the old decoder instrumented; SmolLM2-135M, 30 layers).
 const OPS_BEFORE: [(usize, u64); 2] = [(1, 1786), (16, 1786)];
 
-/// Load average above which the machine counts as busy: the page says noisy.
-const QUIET_LOAD: f64 = 2.0;
 
 /// The verdict on the mean of per-run ratios, with each run's ratio.
 fn mean_verdict(ratios: &[f64], target: f64) -> String {
@@ -300,9 +299,9 @@ fn main() -> Result<()> {
     let dtype = args.dtype.resolve(DeviceSpec::Cpu);
     let load_start = loadgen::machine::load_average();
     let mut page = Page::begin("Engine: batched decode throughput", "make bench-engine");
-    if let Some(l) = load_start.filter(|&l| l > QUIET_LOAD) {
+    if let Some(l) = load_start.filter(|&l| l > NOISY_LOAD) {
         page.para(&format!(
-            "**Noisy**: the load average was {l:.2} at start (above {QUIET_LOAD}); other work \
+            "**Noisy**: the load average was {l:.2} at start (above {NOISY_LOAD}); other work \
              shared the CPU, so absolute numbers are low and ratios less certain."
         ));
     }

@@ -8,9 +8,14 @@ pub fn load_average() -> Option<f64> {
     text.split_whitespace().next()?.parse().ok()
 }
 
+/// CPUs this process may use (1 when unknown).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// "N cores, MODEL" from the OS and `/proc/cpuinfo`.
 pub fn describe() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = cores();
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {

@@ -103,7 +103,7 @@ impl Page {
             load(self.load_start),
             load(load_end)
         );
-        if let Some(warning) = noisy_marker(self.load_start, load_end) {
+        if let Some(warning) = noisy_marker(self.load_start, load_end, machine::cores()) {
             let _ = writeln!(out, "{warning}\n");
         }
         out.push_str(&self.body);
@@ -169,13 +169,14 @@ mod tests {
         p.started_at("2026-01-01 00:00", Some(7.5));
         let busy = p.render_ending_at(Some(0.2));
         assert!(
-            busy.contains("**Noisy: measured at a load average of 7.50"),
+            busy.contains("**Noisy: the load average was 7.50 at the start"),
             "{busy}"
         );
         p.started_at("2026-01-01 00:00", Some(0.1));
         assert!(!p.render_ending_at(Some(1.9)).contains("**Noisy"));
+        let bar = machine::cores().max(2) as f64 + 1.0;
         assert!(p
-            .render_ending_at(Some(2.4))
-            .contains("load average of 2.40"));
+            .render_ending_at(Some(bar + 0.4))
+            .contains(&format!("load average was {:.2} at the end", bar + 0.4)));
     }
 }

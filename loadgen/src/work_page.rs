@@ -95,12 +95,19 @@ pub fn explain(group: &Run, baseline: &Run) -> Option<String> {
             .filter_map(|w| per_output(w, g).map(|x| x.0))
             .sum();
         let share = g.large_model_share.unwrap_or(0.0);
+        let cores_busy: f64 = g
+            .work_by_model
+            .values()
+            .map(|w| w.busy_s / g.duration_s.max(1e-9))
+            .sum();
         parts.push(format!(
             "at N={n}, {gl} ran {g_busy:.3} model-seconds of steps per 100 output tokens \
              ({model}: {g_large_busy:.3}) against {bl}'s {b_busy:.3}, at {ratio:.2}× its \
-             throughput; {model} wrote {share:.1}% of the tokens but fed {g_fed:.2} tokens per \
-             output token through its forward ({bl}: {b_fed:.2}), {pct:.0}% of what it feeds \
-             alone",
+             throughput, its models stepping {cores_busy:.2} of the wall time summed over \
+             models ({bl}: {b_cores:.2}); {model} wrote {share:.1}% of the tokens but fed \
+             {g_fed:.2} tokens per output token through its forward ({bl}: {b_fed:.2}), \
+             {pct:.0}% of what it feeds alone",
+            b_cores = bw.busy_s / b.duration_s.max(1e-9),
             n = g.concurrency,
             gl = group.label,
             bl = baseline.label,
@@ -115,7 +122,9 @@ pub fn explain(group: &Run, baseline: &Run) -> Option<String> {
              hand-over leaves the request's KV at home and makes the large model prefill \
              everything written since its last turn, so its forward tokens track the answer's \
              length, not its share; routing pays off where a prefill token costs much less than \
-             a decode token (batch 1) and not where decode is already batched.",
+             a decode token (batch 1) and not where decode is already batched. Where the models' \
+             summed busy time exceeds one wall, they step at the same time and split the \
+             cores.",
             parts.join("; ")
         )
     })
@@ -188,6 +197,8 @@ mod tests {
         assert!(why.contains("fed 1.05 tokens per output token"), "{why}");
         assert!(why.contains("large-only: 1.10"), "{why}");
         assert!(why.contains("95% of what it feeds alone"), "{why}");
+        assert!(why.contains("stepping 1.20 of the wall time"), "{why}");
+        assert!(why.contains("(large-only: 0.90)"), "{why}");
         // No counters: no table, no sentence.
         let bare = run("x", vec![summary(8, 1.0, 10, &[])]);
         assert!(!add_work(
