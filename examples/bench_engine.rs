@@ -214,7 +214,6 @@ fn theirs(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
 /// (the old decoder instrumented; SmolLM2-135M, 30 layers).
 const OPS_BEFORE: [(usize, u64); 2] = [(1, 1786), (16, 1786)];
 
-
 /// The verdict on the mean of per-run ratios, with each run's ratio.
 fn mean_verdict(ratios: &[f64], target: f64) -> String {
     let mean = ratios.iter().sum::<f64>() / ratios.len().max(1) as f64;

@@ -108,9 +108,9 @@ fn target_large_share_steers_the_query_level_entropy_threshold() {
                 ignore_eos: true,
                 ..SamplingParams::greedy(40)
             };
-            let (_, mut rx) = svc
-                .group()
-                .submit_with(prompt(q), params, SubmitOptions { pin: None });
+            let (_, mut rx) =
+                svc.group()
+                    .submit_with(prompt(q), params, SubmitOptions { pin: None });
             let (toks, w, u) = common::collect_stream(&mut rx);
             common::check_accounting(&toks, &w, &u);
             // Query-level: one writer per request.

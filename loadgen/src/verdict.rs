@@ -166,7 +166,10 @@ mod tests {
         // A 2-core run that kept both cores busy ends near 2 by itself.
         assert!(noisy_marker(Some(1.1), Some(2.17), 2).is_none());
         let m = noisy_marker(Some(0.4), Some(3.25), 2).unwrap();
-        assert!(m.contains("3.25 at the end") && m.contains("above 3)"), "{m}");
+        assert!(
+            m.contains("3.25 at the end") && m.contains("above 3)"),
+            "{m}"
+        );
         let m = noisy_marker(Some(2.5), None, 2).unwrap();
         assert!(m.contains("2.50 at the start"), "{m}");
         // On 16 cores the end bar is 17.
