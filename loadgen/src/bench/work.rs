@@ -39,17 +39,13 @@ pub fn parse(text: &str) -> Option<WorkByModel> {
         let Some(model) = s.label("model") else {
             continue;
         };
-        let w = match s.name.as_str() {
-            STEP_SECONDS_BY_BATCH_TOTAL | STEPS_BY_BATCH_TOTAL | STEP_TOKENS_TOTAL => {
-                work.entry(model.to_string()).or_default()
-            }
+        let field: fn(&mut ModelWork) -> &mut f64 = match s.name.as_str() {
+            STEP_SECONDS_BY_BATCH_TOTAL => |w| &mut w.busy_s,
+            STEPS_BY_BATCH_TOTAL => |w| &mut w.steps,
+            STEP_TOKENS_TOTAL => |w| &mut w.tokens,
             _ => continue,
         };
-        match s.name.as_str() {
-            STEP_SECONDS_BY_BATCH_TOTAL => w.busy_s += s.value,
-            STEPS_BY_BATCH_TOTAL => w.steps += s.value,
-            _ => w.tokens += s.value,
-        }
+        *field(work.entry(model.to_string()).or_default()) += s.value;
     }
     (!work.is_empty()).then_some(work)
 }
