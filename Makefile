@@ -139,11 +139,11 @@ $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 prefetch:
 	$(MAKE) -j2 --no-print-directory build $(CACHE)/.torch-ref.stamp $(SMOLLM2_GGUF)
 
-# What `make run` serves (the default pair and its router), built before
-# anything only tests and benchmarks use.
-run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(SMOLLM2_R2R)/router.pt
+# What `make run` serves (the default pair), built before anything only
+# tests and benchmarks use (the R2R router, the 20-layer exit, Qwen3).
+run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json
 
-assets: run-assets $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
+assets: run-assets $(SMOLLM2_R2R)/router.pt $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
 
 clean-models:
 	rm -rf $(MODELS)

@@ -1,6 +1,5 @@
 //! The pair `make run` serves (config/default.yaml, built in): the healed
-//! 12-layer SmolLM2 exit and the full model under R2R (the trained
-//! divergence router make builds beside the heal). Before healing
+//! 12-layer SmolLM2 exit and the full model under R-Stitch at τ = 0.4. Before healing
 //! the exit wrote near-nonsense and the default threshold handed every
 //! token to the large model; these tests hold the fix to what a user sees.
 
@@ -39,15 +38,11 @@ fn the_default_pair_is_the_healed_exit_and_the_full_model() {
         paths[0].display()
     );
     assert!(paths[1].ends_with("smollm2-135m"));
-    // The trained router make builds beside the heal, found where make put it.
-    let policy = cfg.policy();
-    assert_eq!(policy.name.to_string(), "R2R");
-    let router = policy.kwargs["router_path"].as_str().unwrap();
-    common::model_dir(HEALED);
-    assert!(
-        std::path::Path::new(router).is_file(),
-        "the default router is missing: {router}"
-    );
+    // R-Stitch's entropy switch at a fixed threshold: a live one (steered
+    // by target_large_share) would make a seeded request's answer drift.
+    assert_eq!(cfg.policy().name.to_string(), "RStitch");
+    assert_eq!(cfg.policy().kwargs["threshold"], 0.4);
+    assert_eq!(cfg.target_large_share(), None);
 }
 
 #[test]

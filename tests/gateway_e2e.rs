@@ -314,7 +314,7 @@ fn sigterm_cancels_what_outlives_the_drain_deadline() {
 
 #[test]
 fn embedded_default_real_smollm2_pair() {
-    // No config: the built-in SmolLM2 pair with R2R (only the port moves).
+    // No config: config/default.yaml, built in (only the port moves).
     common::model_dir("smollm2-135m");
     common::model_dir("smollm2-135m-l12-healed");
     let cwd = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@ use subserver::config::EngineConfig;
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Engine config (YAML); default: the built-in SmolLM2 pair with R2R.
+    /// Engine config (YAML); default: the built-in SmolLM2 pair (config/default.yaml).
     #[arg(long)]
     config: Option<PathBuf>,
     /// Address to bind (overrides `gateway.host`).

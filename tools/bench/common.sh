@@ -20,7 +20,14 @@ STARTED=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 LOAD0=$(cut -d' ' -f1 /proc/loadavg)
 since=(--started "$STARTED" --load-start "$LOAD0")
 
-# The router make trains for the healed exit (the default group's, R2R).
+# The default group: config/default.yaml (what `make run` serves), named by
+# its policy and the settings it gives that policy.
+DEFAULT_YAML=$ROOT/config/default.yaml
+DEFAULT_POLICY=$(sed -n 's/^scheduler_class: *//p' "$DEFAULT_YAML")
+DEFAULT_KWARGS=$(sed -n '/^scheduler_kwargs:/,/^[a-z]/{/^  [a-z_]*:/{s/^  //;p}}' "$DEFAULT_YAML" | paste -sd, | sed 's/,/, /g')
+DEFAULT_LABEL=${DEFAULT_LABEL:-default group ($DEFAULT_POLICY${DEFAULT_KWARGS:+, $DEFAULT_KWARGS})}
+
+# The router make trains for the healed exit (R2R's).
 ROUTER=${ROUTER:-${TOKENROUTER_CACHE:-$ROOT/.cache}/routers/smollm2-135m-l12-healed-r2r/router.pt}
 
 # pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = healed 12-layer
@@ -43,6 +50,14 @@ device: cpu
 dtype: ${DTYPE:-auto}
 execution_mode: async_delayed
 YAML
+  echo "$RAW/configs/$1.yaml"
+}
+
+# default_config NAME: config/default.yaml with this run's cache and dtype,
+# so the benches measure the group users get, not a copy of its settings.
+default_config() {
+  sed -e "s|\${TOKENROUTER_CACHE:-../.cache}|$(dirname "$MODELS")|g" \
+    -e "s|^dtype: .*|dtype: ${DTYPE:-auto}|" "$DEFAULT_YAML" >"$RAW/configs/$1.yaml"
   echo "$RAW/configs/$1.yaml"
 }
 

