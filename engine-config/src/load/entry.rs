@@ -218,7 +218,10 @@ mod tests {
         assert_eq!(paths[1], Path::new("/work/repo/.cache/models/smollm2-135m"));
         assert_eq!(c.policy().name.as_str(), "RStitch");
         // R-Stitch at a fixed τ: no online steering, so seeds replay.
-        assert_eq!(c.policy().kwargs.get("threshold"), Some(&serde_json::json!(0.4)));
+        assert_eq!(
+            c.policy().kwargs.get("threshold"),
+            Some(&serde_json::json!(0.4))
+        );
         assert_eq!(c.target_large_share(), None);
         assert_eq!(c.backend(), Backend::Tch);
         assert_eq!(c.device(), DeviceSpec::Cpu);
