@@ -73,20 +73,18 @@ pub fn ceiling(transformers_tok_s: f64, batch: usize, floor_ms: f64) -> f64 {
 
 /// The page's section: the GEMM floor per batch against our bare step and
 /// transformers' step (`steps`: batch, bare step ms, transformers tok/s of
-/// every run), and, where the 2x target is missed (`vs_hf`: the engine /
-/// transformers ratios at batch 16), why, from those numbers.
+/// every run), and, where the transformers target is `missed`, why, from those numbers.
 pub fn section(
     page: &mut Page,
     model: &Path,
     batches: &[usize],
     dtype: DType,
     steps: &[(usize, f64, f64)],
-    vs_hf: &[f64],
+    missed: bool,
 ) -> Result<()> {
     let cfg = subserver::model::dir::ModelDir::open(model)?.config;
     let mean = |b: usize, f: fn(&(usize, f64, f64)) -> f64| {
-        let v: Vec<f64> = steps.iter().filter(|s| s.0 == b).map(f).collect();
-        v.iter().sum::<f64>() / v.len().max(1) as f64
+        super::mean(&steps.iter().filter(|s| s.0 == b).map(f).collect::<Vec<_>>())
     };
     let mut rows = Vec::new();
     let mut at16 = None;
@@ -128,10 +126,9 @@ pub fn section(
         ],
         &rows,
     );
-    let hf_mean = vs_hf.iter().sum::<f64>() / vs_hf.len().max(1) as f64;
-    if let Some((floor, bare, theirs, ceiling)) = at16.filter(|_| hf_mean < 2.0) {
-        let goal = theirs / 2.0;
-        let why = if ceiling < 2.0 {
+    if let Some((floor, bare, theirs, ceiling)) = at16.filter(|_| missed) {
+        let goal = theirs / super::VS_HF_TARGET;
+        let why = if ceiling < super::VS_HF_TARGET {
             format!(
                 "the GEMMs alone already take more than that, so no engine on these GEMMs can \
                  meet it: it needs cheaper GEMMs (fewer bytes per weight, as llama.cpp's 4-bit \
@@ -150,10 +147,11 @@ pub fn section(
             )
         };
         page.para(&format!(
-            "Why the 2x target is not met: 2x transformers at batch 16 is a step of {goal:.1} ms. \
+            "Why the {t}x target is not met: {t}x transformers at batch 16 is a step of {goal:.1} ms. \
              The weight GEMMs alone take {floor:.1} ms ({:.0}% of our bare step of {bare:.1} ms; \
              ceiling {ceiling:.2}x); {why}",
             100.0 * floor / bare,
+            t = super::VS_HF_TARGET,
         ));
     }
     Ok(())

@@ -27,8 +27,11 @@ DEFAULT_POLICY=$(sed -n 's/^scheduler_class: *//p' "$DEFAULT_YAML")
 DEFAULT_KWARGS=$(sed -n '/^scheduler_kwargs:/,/^[a-z]/{/^  [a-z_]*:/{s/^  //;p}}' "$DEFAULT_YAML" | paste -sd, | sed 's/,/, /g')
 DEFAULT_LABEL=${DEFAULT_LABEL:-default group ($DEFAULT_POLICY${DEFAULT_KWARGS:+, $DEFAULT_KWARGS})}
 
+# The cache the models came from (make exports it; MODELS is its models/):
+# config/default.yaml's paths are written against it.
+export TOKENROUTER_CACHE=${TOKENROUTER_CACHE:-$(dirname "$MODELS")}
 # The router make trains for the healed exit (R2R's).
-ROUTER=${ROUTER:-${TOKENROUTER_CACHE:-$ROOT/.cache}/routers/smollm2-135m-l12-healed-r2r/router.pt}
+ROUTER=${ROUTER:-$TOKENROUTER_CACHE/routers/smollm2-135m-l12-healed-r2r/router.pt}
 
 # pair_config NAME CLASS KWARGS: the SmolLM2 pair (quick = healed 12-layer
 # early exit, reference = full model) with routing policy CLASS and its kwargs
@@ -53,11 +56,11 @@ YAML
   echo "$RAW/configs/$1.yaml"
 }
 
-# default_config NAME: config/default.yaml with this run's cache and dtype,
-# so the benches measure the group users get, not a copy of its settings.
+# default_config NAME: config/default.yaml in this run's dtype, so the
+# benches measure the group users get, not a copy of its settings. Its model
+# paths name `${TOKENROUTER_CACHE}`, which the engine expands (set above).
 default_config() {
-  sed -e "s|\${TOKENROUTER_CACHE:-../.cache}|$(dirname "$MODELS")|g" \
-    -e "s|^dtype: .*|dtype: ${DTYPE:-auto}|" "$DEFAULT_YAML" >"$RAW/configs/$1.yaml"
+  sed -e "s|^dtype: .*|dtype: ${DTYPE:-auto}|" "$DEFAULT_YAML" >"$RAW/configs/$1.yaml"
   echo "$RAW/configs/$1.yaml"
 }
 
