@@ -16,6 +16,8 @@
 mod gemm_floor;
 #[path = "bench_engine/host_costs.rs"]
 mod host_costs;
+#[path = "bench_engine/kv_reads.rs"]
+mod kv_reads;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -432,6 +434,11 @@ fn main() -> Result<()> {
          `examples/bench_engine.rs`) and in this run:",
     );
     page.table(&["batch", "ops / step before", "ops / step now"], &op_rows);
+    let points: Vec<(usize, usize)> = [(16, args.prompt_tokens), (64, args.prompt_tokens)]
+        .into_iter()
+        .chain(args.profile_contexts.iter().map(|&c| (1, c)))
+        .collect();
+    kv_reads::section(&mut page, &args.model, dtype, &points, args.gen_tokens)?;
     let vocab = subserver::model::dir::ModelDir::open(&args.model)?
         .config
         .vocab_size;

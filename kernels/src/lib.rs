@@ -20,6 +20,8 @@ pub mod check;
 #[allow(unsafe_code)] // FFI: the CUDA kernels and the CUDA runtime.
 pub mod cuda;
 mod distribution;
+mod fast_exp;
+pub mod paged_attention;
 mod row_stats;
 pub mod sampling;
 mod selection;

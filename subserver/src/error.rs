@@ -58,6 +58,9 @@ pub enum EngineError {
     /// libtorch raised.
     #[error("torch: {0}")]
     Torch(#[from] tch::TchError),
+    /// A kernel of ours (crate `kernels`) refused its input.
+    #[error(transparent)]
+    Kernel(#[from] kernels::paged_attention::PlanError),
 }
 
 impl EngineError {
@@ -82,6 +85,7 @@ impl EngineError {
             Self::Tokenizer(_) => "tokenizer",
             Self::Asset(_) => "asset",
             Self::Torch(_) => "torch",
+            Self::Kernel(_) => "kernel",
         }
     }
 }

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{DType, KvBudget};
 use crate::error::EngineError;
+use crate::model::paged_cpu::CpuAttention;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::{ModelRunner, StepBatch, StepItem};
 
@@ -165,11 +166,31 @@ pub fn decode_run(
     prompt_tokens: usize,
     steps: usize,
 ) -> Result<DecodeRun, EngineError> {
+    decode_run_reading(
+        model,
+        dtype,
+        batch,
+        prompt_tokens,
+        steps,
+        CpuAttention::Paged,
+    )
+}
+
+/// [`decode_run`] with the CPU's attention reading K/V the given way.
+pub fn decode_run_reading(
+    model: &Path,
+    dtype: DType,
+    batch: usize,
+    prompt_tokens: usize,
+    steps: usize,
+    reads: CpuAttention,
+) -> Result<DecodeRun, EngineError> {
     let mut opts = TchRunnerOptions::new(model);
     opts.dtype = dtype;
     opts.kv_budget = KvBudget::Tokens(batch * (prompt_tokens + steps + 16));
     opts.enable_prefix_cache = false;
     let mut runner = TchRunner::load(&opts)?;
+    runner.decoder().set_cpu_attention(reads);
     let vocab = runner.info().vocab_size as u32;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(batch as u64);
     let mut step = StepBatch::default();

@@ -78,6 +78,10 @@ pub fn decode_layout(
         ctx_max: ctx as i64,
         num_tokens: batch as i64,
         is_dense: true,
+        // A captured graph reads the gathered context: no host items, so
+        // the decoder never takes the CPU paged path for this layout.
+        host_items: Vec::new(),
+        host_slots: Vec::new(),
     })
 }
 

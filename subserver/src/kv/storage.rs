@@ -8,11 +8,18 @@
 //! into buffers reused across steps on the CPU); each layer then writes its
 //! new tokens' K/V into that copy, and [`KvStorage::commit`] stores the new
 //! rows of every layer in the pool in one `index_copy_` each at the end.
+//!
+//! On the CPU the decoder skips that copy for decode steps: it writes each
+//! layer's new rows straight into the pool ([`KvStorage::write_layer`]) and
+//! its paged-attention kernel reads the pool in place
+//! ([`KvStorage::layer_host`]).
 
 use tch::{Device, Kind, Tensor};
 
 use tch::TchError;
 
+use crate::error::EngineError;
+use crate::host_tensor::{host_slice, HostElem};
 use crate::op_count::op;
 
 /// Per-layer key/value tensors indexed by slot.
@@ -103,6 +110,43 @@ impl KvStorage {
             op(op(t.f_narrow(0, 0, numel))?.f_view(shape))
         };
         Ok(Some((view(k)?, view(v)?)))
+    }
+
+    /// dtype of the stored K/V.
+    pub fn kind(&self) -> Kind {
+        self.keys.kind()
+    }
+
+    /// Writes layer `layer`'s new K/V (`[T, kv_heads, head_dim]`) into pool
+    /// slots `slots` (`[T]`) directly: the path of steps that read the pool
+    /// in place instead of gathering a context.
+    pub fn write_layer(
+        &mut self,
+        layer: usize,
+        slots: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+    ) -> Result<(), TchError> {
+        let l = layer as i64;
+        let _ = op(op(self.keys.f_select(0, l))?.f_index_copy_(0, slots, k))?;
+        let _ = op(op(self.values.f_select(0, l))?.f_index_copy_(0, slots, v))?;
+        Ok(())
+    }
+
+    /// Layer `layer`'s keys and values on the host, `[slots, kv_heads,
+    /// head_dim]` each, flat (CPU storage of dtype `T` only).
+    pub fn layer_host<T: HostElem>(&self, layer: usize) -> Result<(&[T], &[T]), EngineError> {
+        let size = self.keys.size();
+        let per_layer = (size[1] * size[2] * size[3]) as usize;
+        let at = layer * per_layer..(layer + 1) * per_layer;
+        let (k, v) = (host_slice::<T>(&self.keys)?, host_slice::<T>(&self.values)?);
+        match (k.get(at.clone()), v.get(at)) {
+            (Some(k), Some(v)) => Ok((k, v)),
+            _ => Err(EngineError::InvalidRequest(format!(
+                "layer {layer} is outside the KV pool of {} layers",
+                size[0]
+            ))),
+        }
     }
 
     /// Reads every layer's K/V at `slots` (`[N]`, any slot of the pool).

@@ -7,20 +7,24 @@
 //! (weights concatenated at load, whatever the loader); norms are ATen's
 //! `rms_norm`; q and k get their RoPE in one pass (a roll and a sign-folded
 //! sine table: no `rotate_half` cat); residual adds and the SwiGLU gate
-//! run in place; and K/V are read through the block table once per step
-//! for all layers (`KvStorage::gather_context`), not gathered per layer.
+//! run in place; and K/V are read through the block table: on the CPU for
+//! decode-sized steps by a paged kernel of ours, in place (`model::paged_cpu`),
+//! otherwise once per step for all layers (`KvStorage::gather_context`),
+//! not gathered per layer.
 //! A bf16 model's residual stream and logits are f32 (see `model::head`).
 
 use std::cell::Cell;
 
+use kernels::paged_attention::Plan;
 use tch::{Device, Kind, Tensor};
 use tracing::warn;
 
 use crate::error::EngineError;
-use crate::kv::storage::KvStorage;
+use crate::kv::storage::{KvStorage, StepContext};
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::head::{norm_for_matmul, residual_kind, to_kind, Head};
 use crate::model::layout::BatchLayout;
+use crate::model::paged_cpu::{CpuAttention, PagedCpu};
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
 use crate::op_count::{op, ops_so_far};
@@ -42,6 +46,16 @@ struct Layer {
     down: Tensor,
 }
 
+/// How one forward's attention reads K/V.
+enum KvReads {
+    /// From the pool, through the slot tables (`model::paged_cpu`); new
+    /// rows are written to the pool per layer.
+    InPlace(Plan),
+    /// From a per-step copy of every item's context; new rows go to the
+    /// copy and are committed to the pool after the last layer.
+    Gathered(StepContext),
+}
+
 /// A loaded decoder-only model.
 pub struct Decoder {
     cfg: ModelConfig,
@@ -53,6 +67,8 @@ pub struct Decoder {
     device: Device,
     /// libtorch calls of the last forward (see `crate::op_count`).
     last_ops: Cell<u64>,
+    /// The CPU's paged attention (unused on CUDA).
+    paged: PagedCpu,
 }
 
 impl Decoder {
@@ -156,12 +172,20 @@ impl Decoder {
             kind,
             device,
             last_ops: Cell::new(0),
+            paged: PagedCpu::new(cfg, kind, device),
         })
     }
 
     /// libtorch calls (ATen ops, views included) the last forward made.
     pub fn ops_last_forward(&self) -> u64 {
         self.last_ops.get()
+    }
+
+    /// Chooses how later forwards read K/V on the CPU (the paged kernel by
+    /// default; [`CpuAttention::Gather`] is the path before it, for
+    /// side-by-side measurements).
+    pub fn set_cpu_attention(&self, mode: CpuAttention) {
+        self.paged.set_mode(mode);
     }
 
     /// The configuration it was built from.
@@ -211,7 +235,10 @@ impl Decoder {
         let ops_before = ops_so_far();
         let inter = cfg.intermediate_size as i64;
         let (cos, sin) = self.rope.tables(&layout.positions)?;
-        let mut ctx = kv.gather_context(&layout.gather)?;
+        let mut reads = match self.paged.plan(layout, kv)? {
+            Some(plan) => KvReads::InPlace(plan),
+            None => KvReads::Gathered(kv.gather_context(&layout.gather)?),
+        };
         let kind = self.kind;
         let embedded = op(self.embed.f_index_select(0, &layout.tokens))?;
         let mut x = to_kind(embedded, residual_kind(kind))?;
@@ -228,8 +255,16 @@ impl Decoder {
             let q = op(qk.f_narrow(1, 0, nh))?;
             let k = op(qk.f_narrow(1, nh, nkv))?;
             let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
-            ctx.write(li, &layout.new_rows, &k, &v)?;
-            let attn = self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?;
+            let attn = match &mut reads {
+                KvReads::InPlace(plan) => {
+                    kv.write_layer(li, &layout.slots, &k, &v)?;
+                    self.paged.attend(plan, kv, li, &q)?
+                }
+                KvReads::Gathered(ctx) => {
+                    ctx.write(li, &layout.new_rows, &k, &v)?;
+                    self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?
+                }
+            };
             let o = op(attn.f_linear(&layer.o_proj, layer.o_bias.as_ref()))?;
             let _ = op(x.f_add_(&o))?;
             let h = norm_for_matmul(&x, &layer.post_norm, eps, kind)?;
@@ -241,8 +276,9 @@ impl Decoder {
             let down = op(gate.f_linear::<Tensor>(&layer.down, None))?;
             let _ = op(x.f_add_(&down))?;
         }
-        kv.commit(&ctx, &layout.new_rows, &layout.slots)?;
-        drop(ctx);
+        if let KvReads::Gathered(ctx) = reads {
+            kv.commit(&ctx, &layout.new_rows, &layout.slots)?;
+        }
         let entropies = match entropy_rows {
             Some(rows) => {
                 // Over the vocabulary only (not a deferral column).

@@ -16,6 +16,20 @@ pub struct LayoutItem<'a> {
     pub slots: &'a [i64],
 }
 
+/// One item as the CPU paged-attention kernel reads it: its context slots
+/// are `BatchLayout::host_slots[slot_start..slot_start + context]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostItem {
+    /// Offset of its slots in `host_slots`.
+    pub slot_start: usize,
+    /// Positions after this step.
+    pub context: usize,
+    /// Row of its first new token in `[T]`.
+    pub first_row: usize,
+    /// New tokens.
+    pub rows: usize,
+}
+
 /// Index tensors describing a ragged batch on one device.
 pub struct BatchLayout {
     /// `[T]` token ids.
@@ -47,6 +61,10 @@ pub struct BatchLayout {
     pub num_tokens: i64,
     /// Every item has `q_max` new tokens, so no query padding is needed.
     pub is_dense: bool,
+    /// Per item, on the host (for kernels that read the pool in place).
+    pub host_items: Vec<HostItem>,
+    /// Every item's context slots, concatenated (see [`HostItem`]).
+    pub host_slots: Vec<i64>,
 }
 
 impl BatchLayout {
@@ -76,6 +94,9 @@ impl BatchLayout {
         let mut q_pad = vec![t as i64; b * q_max];
         let mut q_valid = Vec::with_capacity(t);
         let mut last = Vec::with_capacity(b);
+        let mut host_items = Vec::with_capacity(b);
+        let mut host_slots =
+            Vec::with_capacity(items.iter().map(|i| i.start + i.tokens.len()).sum());
         for (bi, item) in items.iter().enumerate() {
             let ctx = item.start + item.tokens.len();
             if item.slots.len() < ctx {
@@ -84,6 +105,13 @@ impl BatchLayout {
                     item.slots.len()
                 )));
             }
+            host_items.push(HostItem {
+                slot_start: host_slots.len(),
+                context: ctx,
+                first_row: tokens.len(),
+                rows: item.tokens.len(),
+            });
+            host_slots.extend_from_slice(&item.slots[..ctx]);
             gather[bi * ctx_max..bi * ctx_max + ctx].copy_from_slice(&item.slots[..ctx]);
             gather[bi * ctx_max + ctx..(bi + 1) * ctx_max].fill(item.slots[0]);
             for (j, &tok) in item.tokens.iter().enumerate() {
@@ -124,6 +152,8 @@ impl BatchLayout {
             ctx_max: ctx_max as i64,
             num_tokens: t as i64,
             is_dense,
+            host_items,
+            host_slots,
         })
     }
 }
@@ -157,6 +187,14 @@ mod tests {
         assert_eq!(Vec::<i64>::try_from(&l.q_pad).unwrap(), vec![0, 1, 2, 3]);
         assert_eq!(Vec::<i64>::try_from(&l.q_valid).unwrap(), vec![0, 1, 2]);
         assert_eq!(Vec::<i64>::try_from(&l.last).unwrap(), vec![1, 2]);
+        assert_eq!(l.host_slots, vec![100, 101, 102, 103, 200, 201]);
+        let second = HostItem {
+            slot_start: 4,
+            context: 2,
+            first_row: 2,
+            rows: 1,
+        };
+        assert_eq!(l.host_items[1], second);
         let mask: Vec<bool> = Vec::<bool>::try_from(&l.mask.flatten(0, -1)).unwrap();
         // item 0, query at pos 2 sees 0..=2; at pos 3 sees 0..=3
         assert_eq!(

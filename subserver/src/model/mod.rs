@@ -5,5 +5,6 @@ pub mod decoder;
 pub mod dir;
 pub mod head;
 pub mod layout;
+pub mod paged_cpu;
 pub mod rope;
 pub mod weights;

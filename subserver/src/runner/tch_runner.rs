@@ -298,6 +298,7 @@ mod tests {
     use crate::cuda::graphs::eager::EagerGraphs;
     use crate::cuda::graphs::GraphCounts;
     use crate::cuda::{CudaExec, CudaOptions};
+    use crate::model::paged_cpu::CpuAttention;
     use crate::runner::testing::tiny_runner;
     use crate::runner::{ModelRunner, StepBatch, StepItem};
 
@@ -310,7 +311,17 @@ mod tests {
 
     /// Greedy decode of one prompt alone: (tokens, logits of each step).
     fn alone(prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
+        alone_reading(prompt, steps, CpuAttention::Paged)
+    }
+
+    /// [`alone`], with the CPU's attention reading K/V the given way.
+    fn alone_reading(
+        prompt: &[u32],
+        steps: usize,
+        mode: CpuAttention,
+    ) -> (Vec<u32>, Vec<Vec<f32>>) {
         let mut r = tiny_runner(512, 4).unwrap();
+        r.decoder().set_cpu_attention(mode);
         r.kv().admit(1, prompt).unwrap();
         let mut item = StepItem {
             rid: 1,
@@ -335,6 +346,28 @@ mod tests {
             rows.push(row);
         }
         (toks, rows)
+    }
+
+    fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+        a.iter()
+            .flatten()
+            .zip(b.iter().flatten())
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    }
+
+    #[test]
+    fn paged_attention_matches_the_gathered_path() {
+        // 12 tokens: the prompt's prefill is paged too; 200: it is gathered
+        // (past PAGED_MAX_ROWS) and only decode steps are paged.
+        for len in [12u32, 200] {
+            let prompt: Vec<u32> = (0..len).map(|i| (i * 37 + 5) % 97).collect();
+            let (paged_toks, paged) = alone_reading(&prompt, 8, CpuAttention::Paged);
+            let (toks, gathered) = alone_reading(&prompt, 8, CpuAttention::Gather);
+            assert_eq!(paged_toks, toks, "prompt of {len}");
+            let diff = max_diff(&paged, &gathered);
+            assert!(diff < 1e-4, "prompt of {len}: logits differ by {diff}");
+        }
     }
 
     #[test]

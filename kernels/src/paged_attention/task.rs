@@ -1,0 +1,302 @@
+//! One task: an online softmax over one chunk of one sequence's context,
+//! for every new query row of the sequence and every query head that shares
+//! the task's kv head. The driver here walks the tiles and rows; the
+//! per-head arithmetic is a [`HeadMath`], portable or AVX-512.
+//!
+//! A partial is `[m, l, acc[head_dim]]` per (row, head): the running
+//! maximum score, the sum of `exp(score - m)`, and the `exp`-weighted sum
+//! of value rows; [`super::merge`] combines the chunks of a sequence.
+
+use super::plan::{Plan, Task};
+use super::KvElem;
+use crate::fast_exp::exp_nonpositive;
+
+/// Positions scored together (one vector of scores).
+pub(crate) const TILE: usize = 16;
+/// Widest head the kernel takes.
+pub(crate) const MAX_HEAD_DIM: usize = 256;
+
+/// The per-head arithmetic of a task in one instruction set, for a block
+/// of `B` query heads that share a kv head (so each key or value row is
+/// loaded once per block). `bases` are the tile's element offsets of its
+/// rows in the pool (`keys` and `values` alike), at most [`TILE`]; every
+/// `base + head_dim` is in bounds.
+pub(crate) trait HeadMath {
+    /// `p[i][j] = (q[i] . k_j) * scale` for each `j < bases.len()`.
+    fn scores<E: KvElem, const B: usize>(
+        q: [&[f32]; B],
+        keys: &[E],
+        bases: &[usize],
+        scale: f32,
+        p: &mut [[f32; TILE]; B],
+    );
+    /// For each head `i` of the block, with `acc_i` the weighted sum of
+    /// partial `i` (`states[i * (hd + 2) + 2..][..hd]`):
+    /// `acc_i = acc_i * correction[i] + sum_j p[i][j] v_j`.
+    fn accumulate<E: KvElem, const B: usize>(
+        states: &mut [f32],
+        correction: [f32; B],
+        p: &[[f32; TILE]; B],
+        values: &[E],
+        bases: &[usize],
+    );
+}
+
+/// Most query heads one block holds (more share a kv head in blocks).
+const MAX_BLOCK: usize = 4;
+
+/// Folds 16 lanes pairwise (8, 4, 2, 1 apart): four vector steps instead of
+/// a chain of fifteen dependent scalar operations.
+#[inline(always)]
+fn tree(mut v: [f32; TILE], f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut w = TILE / 2;
+    while w > 0 {
+        for i in 0..w {
+            v[i] = f(v[i], v[i + w]);
+        }
+        w /= 2;
+    }
+    v[0]
+}
+
+/// Folds one tile's scores (`-inf` past the visible positions) into a
+/// partial `[m, l, ..]`: updates the running max `m` and sum `l`, leaves the
+/// tile's weights `exp(score - m)` in `p`, and returns the factor by which
+/// the partial's weighted sum must be scaled before they are added.
+#[inline(always)]
+fn fold_tile(st: &mut [f32], p: &mut [f32; TILE]) -> f32 {
+    let m = st[0].max(tree(*p, f32::max));
+    // exp(-inf) is 0: the first tile starts from an empty sum, and
+    // positions past the visible ones weigh nothing.
+    let correction = exp_nonpositive(st[0] - m);
+    for s in p.iter_mut() {
+        *s = exp_nonpositive(*s - m);
+    }
+    st[0] = m;
+    st[1] = st[1] * correction + tree(*p, |a, b| a + b);
+    correction
+}
+
+/// One tile for a block of `B` heads: `q` holds their `B` query rows,
+/// `states` their `B` partials.
+#[inline(always)]
+fn run_block<M: HeadMath, E: KvElem, const B: usize>(
+    q: &[f32],
+    keys: &[E],
+    values: &[E],
+    bases: &[usize],
+    scale: f32,
+    states: &mut [f32],
+) {
+    let hd = q.len() / B;
+    let stride = hd + 2;
+    let qs: [&[f32]; B] = std::array::from_fn(|i| &q[i * hd..(i + 1) * hd]);
+    let mut p = [[f32::NEG_INFINITY; TILE]; B];
+    M::scores(qs, keys, bases, scale, &mut p);
+    let correction: [f32; B] =
+        std::array::from_fn(|i| fold_tile(&mut states[i * stride..(i + 1) * stride], &mut p[i]));
+    M::accumulate(states, correction, &p, values, bases);
+}
+
+/// Computes `task`'s partials into `part` (`rows * group * (head_dim + 2)`).
+/// Slots were checked against the pool by [`super::attend`].
+#[inline(always)]
+fn run_body<M: HeadMath, E: KvElem>(
+    plan: &Plan,
+    task: &Task,
+    q: &[f32],
+    keys: &[E],
+    values: &[E],
+    part: &mut [f32],
+) {
+    let g = plan.geometry;
+    let (hd, group) = (g.head_dim, g.group());
+    let item = &plan.items[task.item];
+    let slots = &plan.slots[item.slot_start..item.slot_start + item.context];
+    let stride = hd + 2;
+    for st in part.chunks_exact_mut(stride) {
+        st[0] = f32::NEG_INFINITY;
+        st[1] = 0.0;
+        st[2..].fill(0.0);
+    }
+    // Row r sees positions 0..=first_limit + r.
+    let first_limit = item.context - item.rows;
+    let mut bases = [0usize; TILE];
+    let mut j0 = task.begin;
+    while j0 < task.end {
+        let n = TILE.min(task.end - j0);
+        for (b, &slot) in bases.iter_mut().zip(&slots[j0..j0 + n]) {
+            *b = (slot as usize * g.kv_heads + task.kv_head) * hd;
+        }
+        for r in 0..item.rows {
+            let limit = first_limit + r;
+            if j0 > limit {
+                continue;
+            }
+            let visible = &bases[..n.min(limit + 1 - j0)];
+            let row = (item.first_row + r) * g.heads * hd + task.kv_head * group * hd;
+            let states = &mut part[r * group * stride..(r + 1) * group * stride];
+            let mut h = 0;
+            while h < group {
+                let block = (group - h).min(MAX_BLOCK);
+                let q = &q[row + h * hd..row + (h + block) * hd];
+                let st = &mut states[h * stride..(h + block) * stride];
+                match block {
+                    1 => run_block::<M, E, 1>(q, keys, values, visible, g.scale, st),
+                    2 => run_block::<M, E, 2>(q, keys, values, visible, g.scale, st),
+                    3 => run_block::<M, E, 3>(q, keys, values, visible, g.scale, st),
+                    _ => run_block::<M, E, MAX_BLOCK>(q, keys, values, visible, g.scale, st),
+                }
+                h += block;
+            }
+        }
+        j0 += n;
+    }
+}
+
+/// Plain loops the compiler vectorizes as it can.
+pub(crate) struct Portable;
+
+/// Independent accumulators of a dot product, so it vectorizes without
+/// reassociating one sum.
+const LANES: usize = 16;
+
+impl HeadMath for Portable {
+    #[inline(always)]
+    fn scores<E: KvElem, const B: usize>(
+        q: [&[f32]; B],
+        keys: &[E],
+        bases: &[usize],
+        scale: f32,
+        p: &mut [[f32; TILE]; B],
+    ) {
+        for (j, &b) in bases.iter().enumerate() {
+            for (i, q) in q.iter().enumerate() {
+                let k = &keys[b..b + q.len()];
+                let mut acc = [0f32; LANES];
+                let (qc, kc) = (q.chunks_exact(LANES), k.chunks_exact(LANES));
+                let mut tail = 0.0;
+                for (x, y) in qc.remainder().iter().zip(kc.remainder()) {
+                    tail += x * y.widen();
+                }
+                for (x, y) in qc.zip(kc) {
+                    for l in 0..LANES {
+                        acc[l] += x[l] * y[l].widen();
+                    }
+                }
+                p[i][j] = (tail + tree(acc, |a, b| a + b)) * scale;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn accumulate<E: KvElem, const B: usize>(
+        states: &mut [f32],
+        correction: [f32; B],
+        p: &[[f32; TILE]; B],
+        values: &[E],
+        bases: &[usize],
+    ) {
+        let stride = states.len() / B;
+        let hd = stride - 2;
+        for (i, st) in states.chunks_exact_mut(stride).enumerate() {
+            let acc = &mut st[2..];
+            for a in acc.iter_mut() {
+                *a *= correction[i];
+            }
+            for (&w, &b) in p[i].iter().zip(bases) {
+                for (a, v) in acc.iter_mut().zip(&values[b..b + hd]) {
+                    *a += w * v.widen();
+                }
+            }
+        }
+    }
+}
+
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // target_feature: callable only where the CPU has them.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn run_avx2<E: KvElem>(
+    plan: &Plan,
+    task: &Task,
+    q: &[f32],
+    keys: &[E],
+    values: &[E],
+    part: &mut [f32],
+) {
+    run_body::<Portable, E>(plan, task, q, keys, values, part)
+}
+
+/// # Safety
+/// The CPU must have AVX-512F ([`super::avx512`]'s arithmetic).
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)] // target_feature: callable only where the CPU has them.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn run_avx512<E: KvElem>(
+    plan: &Plan,
+    task: &Task,
+    q: &[f32],
+    keys: &[E],
+    values: &[E],
+    part: &mut [f32],
+) {
+    run_body::<super::avx512::Avx512, E>(plan, task, q, keys, values, part)
+}
+
+/// Ordered narrowest first: any level up to the detected one is safe to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Isa {
+    Baseline,
+    Avx2,
+    Avx512,
+}
+
+impl Isa {
+    /// [`Isa::detect`], once per process.
+    pub(crate) fn detected() -> Self {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(Isa::detect)
+    }
+
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx2") && has!("fma") {
+                return Isa::Avx512;
+            }
+            if has!("avx2") && has!("fma") {
+                return Isa::Avx2;
+            }
+        }
+        Isa::Baseline
+    }
+}
+
+/// Runs one task on `isa`'s build of the loop, or the widest this CPU has
+/// if that is narrower. AVX-512's arithmetic takes heads of whole vectors
+/// (a multiple of 16 wide); others run the AVX2 build.
+pub(crate) fn run_task<E: KvElem>(
+    isa: Isa,
+    plan: &Plan,
+    task: &Task,
+    q: &[f32],
+    keys: &[E],
+    values: &[E],
+    part: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    #[allow(unsafe_code)]
+    // SAFETY: `isa` is at most what `Isa::detect` found (checked below), so
+    // the CPU has the features each function is compiled for.
+    match isa.min(Isa::detected()) {
+        Isa::Avx512 if plan.geometry.head_dim.is_multiple_of(16) => {
+            return unsafe { run_avx512(plan, task, q, keys, values, part) }
+        }
+        Isa::Avx512 | Isa::Avx2 => return unsafe { run_avx2(plan, task, q, keys, values, part) },
+        Isa::Baseline => {}
+    }
+    run_body::<Portable, E>(plan, task, q, keys, values, part)
+}
