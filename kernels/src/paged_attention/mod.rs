@@ -3,7 +3,7 @@
 //! sequence's slot table. Nothing is gathered into a per-step copy, and no
 //! sequence is padded to the longest context of the step.
 //!
-//! Work is split into tasks of (sequence, kv head, chunk of positions)
+//! Work is split into tasks of (sequence, chunk of positions)
 //! ([`Plan`]); each computes online-softmax partials, and [`attend`] merges
 //! a sequence's chunks (flash-decoding's split over the context), so one
 //! long sequence still spreads over every thread. Scores, softmax and the
@@ -169,7 +169,7 @@ fn run_tasks<E: KvElem>(
     scratch: &mut [f32],
     parallel: &dyn Parallel,
 ) -> Result<(), PlanError> {
-    let stride = plan.geometry.group() * (plan.geometry.head_dim + 2);
+    let stride = plan.geometry.heads * (plan.geometry.head_dim + 2);
     // Twice as many parts as threads: a thread the OS delays leaves its
     // second part to the others.
     let parts = plan.parts(parallel.threads() * 2);
@@ -212,43 +212,39 @@ fn run_tasks<E: KvElem>(
 /// Combines each (row, head)'s chunk partials into `out`.
 fn merge(plan: &Plan, scratch: &[f32], out: &mut [f32]) {
     let g = plan.geometry;
-    let (hd, group) = (g.head_dim, g.group());
+    let hd = g.head_dim;
     let stride = hd + 2;
     for item in &plan.items {
-        for kv_head in 0..g.kv_heads {
-            let tasks = &plan.tasks[item.first_task + kv_head * item.chunks
-                ..item.first_task + (kv_head + 1) * item.chunks];
-            for r in 0..item.rows {
-                for h in 0..group {
-                    let at = |t: &plan::Task| {
-                        let o = t.scratch + (r * group + h) * stride;
-                        &scratch[o..o + stride]
-                    };
-                    let m = tasks
-                        .iter()
-                        .map(|t| at(t)[0])
-                        .fold(f32::NEG_INFINITY, f32::max);
-                    let head = kv_head * group + h;
-                    let o = (item.first_row + r) * g.heads * hd + head * hd;
-                    let dst = &mut out[o..o + hd];
-                    dst.fill(0.0);
-                    let mut l = 0.0;
-                    for t in tasks {
-                        let st = at(t);
-                        // A chunk past this row's last position holds m = -inf, l = 0.
-                        if st[1] == 0.0 {
-                            continue;
-                        }
-                        let w = (st[0] - m).exp();
-                        l += st[1] * w;
-                        for (d, a) in dst.iter_mut().zip(&st[2..]) {
-                            *d += a * w;
-                        }
+        let tasks = &plan.tasks[item.first_task..item.first_task + item.chunks];
+        for r in 0..item.rows {
+            for head in 0..g.heads {
+                let at = |t: &plan::Task| {
+                    let o = t.scratch + (r * g.heads + head) * stride;
+                    &scratch[o..o + stride]
+                };
+                let m = tasks
+                    .iter()
+                    .map(|t| at(t)[0])
+                    .fold(f32::NEG_INFINITY, f32::max);
+                let o = (item.first_row + r) * g.heads * hd + head * hd;
+                let dst = &mut out[o..o + hd];
+                dst.fill(0.0);
+                let mut l = 0.0;
+                for t in tasks {
+                    let st = at(t);
+                    // A chunk past this row's last position holds m = -inf, l = 0.
+                    if st[1] == 0.0 {
+                        continue;
                     }
-                    let inv = 1.0 / l;
-                    for d in dst.iter_mut() {
-                        *d *= inv;
+                    let w = (st[0] - m).exp();
+                    l += st[1] * w;
+                    for (d, a) in dst.iter_mut().zip(&st[2..]) {
+                        *d += a * w;
                     }
+                }
+                let inv = 1.0 / l;
+                for d in dst.iter_mut() {
+                    *d *= inv;
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! The work of one step's attention, decided once per forward and reused by
 //! every layer: which sequence each query row belongs to, the slots of each
-//! sequence's context (copied flat), and the tasks, one per (sequence, kv
-//! head, chunk of context positions), each with its own partial results.
+//! sequence's context (copied flat), and the tasks, one per (sequence,
+//! chunk of context positions), each with its own partial results.
 
 use std::ops::Range;
 
@@ -46,16 +46,15 @@ pub(crate) struct PlannedItem {
     pub context: usize,
     pub first_row: usize,
     pub rows: usize,
-    /// Its tasks: per kv head, `chunks` consecutive tasks.
+    /// Its tasks: `chunks` consecutive ones from here.
     pub first_task: usize,
     pub chunks: usize,
 }
 
-/// One unit of work: positions `begin..end` of one sequence, one kv head.
+/// One unit of work: positions `begin..end` of one sequence, every head.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Task {
     pub item: usize,
-    pub kv_head: usize,
     pub begin: usize,
     pub end: usize,
     /// Offset of its partials in the scratch buffer.
@@ -98,7 +97,7 @@ impl Plan {
             )));
         }
         let chunk = chunk.max(1);
-        let stride = g.group() * (g.head_dim + 2);
+        let stride = g.heads * (g.head_dim + 2);
         let mut plan = Plan {
             geometry,
             items: Vec::with_capacity(items.len()),
@@ -128,17 +127,14 @@ impl Plan {
                 first_task: plan.tasks.len(),
                 chunks,
             };
-            for kv_head in 0..g.kv_heads {
-                for c in 0..chunks {
-                    plan.tasks.push(Task {
-                        item: n,
-                        kv_head,
-                        begin: c * chunk,
-                        end: ((c + 1) * chunk).min(context),
-                        scratch: plan.scratch_len,
-                    });
-                    plan.scratch_len += item.rows * stride;
-                }
+            for c in 0..chunks {
+                plan.tasks.push(Task {
+                    item: n,
+                    begin: c * chunk,
+                    end: ((c + 1) * chunk).min(context),
+                    scratch: plan.scratch_len,
+                });
+                plan.scratch_len += item.rows * stride;
             }
             plan.slots.extend_from_slice(item.slots);
             plan.max_slot = item.slots.iter().copied().fold(plan.max_slot, i64::max);
@@ -195,7 +191,7 @@ mod tests {
     }
 
     #[test]
-    fn long_contexts_are_chunked_per_kv_head() {
+    fn long_contexts_are_chunked() {
         let a: Vec<i64> = (0..10).collect();
         let b: Vec<i64> = (20..23).collect();
         let items = [
@@ -211,15 +207,15 @@ mod tests {
             },
         ];
         let plan = Plan::new(geometry(), &items, 4).unwrap();
-        // 3 chunks x 2 kv heads, then 1 chunk x 2 kv heads.
-        assert_eq!(plan.tasks.len(), 8);
+        // 3 chunks, then 1.
+        assert_eq!(plan.tasks.len(), 4);
         assert_eq!((plan.tasks[2].begin, plan.tasks[2].end), (8, 10));
-        assert_eq!(plan.tasks[3].kv_head, 1);
+        assert_eq!((plan.tasks[3].item, plan.tasks[3].end), (1, 3));
         assert_eq!(plan.rows(), 3);
         assert_eq!(plan.max_slot, 22);
         // Each partial holds m, l and head_dim sums per query head and row.
-        let stride = 2 * (8 + 2);
-        assert_eq!(plan.scratch_len, 6 * stride + 2 * 2 * stride);
+        let stride = 4 * (8 + 2);
+        assert_eq!(plan.scratch_len, 3 * stride + 2 * stride);
     }
 
     #[test]
@@ -232,9 +228,9 @@ mod tests {
         }];
         let plan = Plan::new(geometry(), &items, 8).unwrap();
         let parts = plan.parts(2);
-        assert_eq!(parts, vec![0..8, 8..16]);
-        assert_eq!(plan.parts(64).len(), 16);
-        assert_eq!(plan.parts(0), vec![0..16]);
+        assert_eq!(parts, vec![0..4, 4..8]);
+        assert_eq!(plan.parts(64).len(), 8);
+        assert_eq!(plan.parts(0), vec![0..8]);
     }
 
     #[test]

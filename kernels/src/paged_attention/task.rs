@@ -1,6 +1,7 @@
 //! One task: an online softmax over one chunk of one sequence's context,
-//! for every new query row of the sequence and every query head that shares
-//! the task's kv head. The driver here walks the tiles and rows; the
+//! for every new query row and every query head of the sequence. A tile's
+//! slots are read whole (every kv head's row, contiguous in the pool), so
+//! the pool streams from memory in order. The driver here walks the tiles and rows; the
 //! per-head arithmetic is a [`HeadMath`], portable or AVX-512.
 //!
 //! A partial is `[m, l, acc[head_dim]]` per (row, head): the running
@@ -98,7 +99,7 @@ fn run_block<M: HeadMath, E: KvElem, const B: usize>(
     M::accumulate(states, correction, &p, values, bases);
 }
 
-/// Computes `task`'s partials into `part` (`rows * group * (head_dim + 2)`).
+/// Computes `task`'s partials into `part` (`rows * heads * (head_dim + 2)`).
 /// Slots were checked against the pool by [`super::attend`].
 #[inline(always)]
 fn run_body<M: HeadMath, E: KvElem>(
@@ -114,6 +115,7 @@ fn run_body<M: HeadMath, E: KvElem>(
     let item = &plan.items[task.item];
     let slots = &plan.slots[item.slot_start..item.slot_start + item.context];
     let stride = hd + 2;
+    let slot_len = g.kv_heads * hd;
     for st in part.chunks_exact_mut(stride) {
         st[0] = f32::NEG_INFINITY;
         st[1] = 0.0;
@@ -125,29 +127,33 @@ fn run_body<M: HeadMath, E: KvElem>(
     let mut j0 = task.begin;
     while j0 < task.end {
         let n = TILE.min(task.end - j0);
-        for (b, &slot) in bases.iter_mut().zip(&slots[j0..j0 + n]) {
-            *b = (slot as usize * g.kv_heads + task.kv_head) * hd;
-        }
-        for r in 0..item.rows {
-            let limit = first_limit + r;
-            if j0 > limit {
-                continue;
+        for kv_head in 0..g.kv_heads {
+            for (b, &slot) in bases.iter_mut().zip(&slots[j0..j0 + n]) {
+                *b = slot as usize * slot_len + kv_head * hd;
             }
-            let visible = &bases[..n.min(limit + 1 - j0)];
-            let row = (item.first_row + r) * g.heads * hd + task.kv_head * group * hd;
-            let states = &mut part[r * group * stride..(r + 1) * group * stride];
-            let mut h = 0;
-            while h < group {
-                let block = (group - h).min(MAX_BLOCK);
-                let q = &q[row + h * hd..row + (h + block) * hd];
-                let st = &mut states[h * stride..(h + block) * stride];
-                match block {
-                    1 => run_block::<M, E, 1>(q, keys, values, visible, g.scale, st),
-                    2 => run_block::<M, E, 2>(q, keys, values, visible, g.scale, st),
-                    3 => run_block::<M, E, 3>(q, keys, values, visible, g.scale, st),
-                    _ => run_block::<M, E, MAX_BLOCK>(q, keys, values, visible, g.scale, st),
+            for r in 0..item.rows {
+                let limit = first_limit + r;
+                if j0 > limit {
+                    continue;
                 }
-                h += block;
+                let visible = &bases[..n.min(limit + 1 - j0)];
+                // This kv head's query heads, in the row and in the partials.
+                let heads = kv_head * group * hd;
+                let row = (item.first_row + r) * g.heads * hd + heads;
+                let states = (r * g.heads + kv_head * group) * stride;
+                let mut h = 0;
+                while h < group {
+                    let block = (group - h).min(MAX_BLOCK);
+                    let q = &q[row + h * hd..row + (h + block) * hd];
+                    let st = &mut part[states + h * stride..states + (h + block) * stride];
+                    match block {
+                        1 => run_block::<M, E, 1>(q, keys, values, visible, g.scale, st),
+                        2 => run_block::<M, E, 2>(q, keys, values, visible, g.scale, st),
+                        3 => run_block::<M, E, 3>(q, keys, values, visible, g.scale, st),
+                        _ => run_block::<M, E, MAX_BLOCK>(q, keys, values, visible, g.scale, st),
+                    }
+                    h += block;
+                }
             }
         }
         j0 += n;

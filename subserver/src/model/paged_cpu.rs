@@ -27,7 +27,7 @@ use crate::openmp::OpenMp;
 pub const PAGED_MAX_ROWS: i64 = 16;
 /// Context positions of one task: a long sequence is split into chunks of
 /// this many so that it spreads over the threads.
-const CHUNK: usize = 256;
+const CHUNK: usize = 128;
 
 /// How the CPU reads K/V in attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
