@@ -6,22 +6,7 @@
 use std::time::Instant;
 
 use half::bf16;
-use kernels::paged_attention::{attend, Geometry, Item, Parallel, Plan, Serial};
-
-struct Scoped(usize);
-
-impl Parallel for Scoped {
-    fn threads(&self) -> usize {
-        self.0
-    }
-    fn run(&self, work: &(dyn Fn() + Sync)) -> bool {
-        std::thread::scope(|s| {
-            let hs: Vec<_> = (1..self.0).map(|_| s.spawn(work)).collect();
-            work();
-            hs.into_iter().all(|h| h.join().is_ok())
-        })
-    }
-}
+use kernels::paged_attention::{attend, Geometry, Item, Parallel, Plan, ScopedThreads, Serial};
 
 fn main() {
     let threads: usize = std::env::args()
@@ -76,7 +61,7 @@ fn main() {
         let mut scratch = Vec::new();
         let bytes = (2 * kv_len * 2) as f64;
         for t in [1, threads] {
-            let par: &dyn Parallel = if t == 1 { &Serial } else { &Scoped(t) };
+            let par: &dyn Parallel = if t == 1 { &Serial } else { &ScopedThreads(t) };
             let reps = 200;
             for _ in 0..10 {
                 attend(&plan, &q, &keys, &values, &mut out, &mut scratch, par).expect("attend");

@@ -8,6 +8,11 @@
 //! one-pass algorithm of the signals kernel also has a CPU twin,
 //! [`routing_signals_one_pass`], tested here without a GPU.
 //!
+//! [`paged_attention`] is the engine's CPU attention for decode-sized
+//! steps: new queries against K/V read in place from the paged pool
+//! through each sequence's slot table (its tests compare it with textbook
+//! attention in `f64`).
+//!
 //! Conventions shared by every kernel:
 //! - Arithmetic that accumulates (sums, log-sum-exp) is done in `f64` so a
 //!   152k-entry vocabulary does not lose precision.

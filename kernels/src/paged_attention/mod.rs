@@ -72,6 +72,28 @@ impl Parallel for Serial {
     }
 }
 
+/// `n` threads spawned for each call (this one among them): for callers
+/// without a pool of their own (the engine lends libtorch's OpenMP team).
+#[derive(Debug, Clone, Copy)]
+pub struct ScopedThreads(pub usize);
+
+impl Parallel for ScopedThreads {
+    fn threads(&self) -> usize {
+        self.0.max(1)
+    }
+
+    fn run(&self, work: &(dyn Fn() + Sync)) -> bool {
+        std::thread::scope(|s| {
+            let others: Vec<_> = (1..self.threads()).map(|_| s.spawn(work)).collect();
+            let mine = std::panic::catch_unwind(AssertUnwindSafe(work)).is_ok();
+            // Join every thread before answering, even after a panic here.
+            others
+                .into_iter()
+                .fold(mine, |ok, h| h.join().is_ok() && ok)
+        })
+    }
+}
+
 /// Attention of `plan`'s query rows against their sequences' context.
 ///
 /// - `q`: `[plan.rows(), heads, head_dim]`, `f32`, unscaled.

@@ -192,21 +192,6 @@ fn bf16_pool_matches_textbook_attention_over_the_same_values() {
     }
 }
 
-/// Runs `work` on `n` scoped threads.
-struct Scoped(usize);
-
-impl Parallel for Scoped {
-    fn threads(&self) -> usize {
-        self.0
-    }
-    fn run(&self, work: &(dyn Fn() + Sync)) -> bool {
-        std::thread::scope(|s| {
-            let handles: Vec<_> = (0..self.0).map(|_| s.spawn(work)).collect();
-            handles.into_iter().all(|h| h.join().is_ok())
-        })
-    }
-}
-
 /// Promises threads but runs the work once, on this thread.
 struct Lazy;
 
@@ -225,7 +210,7 @@ fn threads_split_the_work_without_changing_a_bit_and_fewer_still_finish() {
     let c = case(3);
     let p = plan(&c, 8);
     let serial = run(Isa::detected(), &p, &c, &c.keys, &c.values, &Serial);
-    for par in [&Scoped(3) as &dyn Parallel, &Lazy] {
+    for par in [&ScopedThreads(3) as &dyn Parallel, &Lazy] {
         let got = run(Isa::detected(), &p, &c, &c.keys, &c.values, par);
         assert!(got
             .iter()
