@@ -61,6 +61,9 @@ pub enum EngineError {
     /// A kernel of ours (crate `kernels`) refused its input.
     #[error(transparent)]
     Kernel(#[from] kernels::paged_attention::PlanError),
+    /// A tensor could not be lent to a host kernel.
+    #[error(transparent)]
+    HostTensor(#[from] crate::host_tensor::HostTensorError),
 }
 
 impl EngineError {
@@ -85,7 +88,7 @@ impl EngineError {
             Self::Tokenizer(_) => "tokenizer",
             Self::Asset(_) => "asset",
             Self::Torch(_) => "torch",
-            Self::Kernel(_) => "kernel",
+            Self::Kernel(_) | Self::HostTensor(_) => "kernel",
         }
     }
 }

@@ -8,7 +8,11 @@
 
 use tch::{Device, Kind, Tensor};
 
-use crate::error::EngineError;
+/// A tensor a host kernel cannot borrow as given (wrong device, dtype or
+/// strides, or a part outside it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("host tensor: {0}")]
+pub struct HostTensorError(pub String);
 
 /// An element type a host slice may have.
 pub trait HostElem: Copy {
@@ -24,9 +28,9 @@ impl HostElem for half::bf16 {
     const KIND: Kind = Kind::BFloat16;
 }
 
-fn check<T: HostElem>(t: &Tensor) -> Result<usize, EngineError> {
+fn check<T: HostElem>(t: &Tensor) -> Result<usize, HostTensorError> {
     if t.device() != Device::Cpu || t.kind() != T::KIND || !t.is_contiguous() {
-        return Err(EngineError::InvalidRequest(format!(
+        return Err(HostTensorError(format!(
             "a host kernel needs a contiguous {:?} CPU tensor, got {:?} on {:?}{}",
             T::KIND,
             t.kind(),
@@ -38,7 +42,7 @@ fn check<T: HostElem>(t: &Tensor) -> Result<usize, EngineError> {
 }
 
 /// The elements of `t` (contiguous, on the CPU, of dtype `T::KIND`).
-pub fn host_slice<T: HostElem>(t: &Tensor) -> Result<&[T], EngineError> {
+pub fn host_slice<T: HostElem>(t: &Tensor) -> Result<&[T], HostTensorError> {
     let n = check::<T>(t)?;
     if n == 0 {
         return Ok(&[]);
@@ -50,7 +54,7 @@ pub fn host_slice<T: HostElem>(t: &Tensor) -> Result<&[T], EngineError> {
 }
 
 /// The elements of `t`, writable (as [`host_slice`]).
-pub fn host_slice_mut<T: HostElem>(t: &mut Tensor) -> Result<&mut [T], EngineError> {
+pub fn host_slice_mut<T: HostElem>(t: &mut Tensor) -> Result<&mut [T], HostTensorError> {
     let n = check::<T>(t)?;
     if n == 0 {
         return Ok(&mut []);

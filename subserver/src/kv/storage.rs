@@ -18,8 +18,7 @@ use tch::{Device, Kind, Tensor};
 
 use tch::TchError;
 
-use crate::error::EngineError;
-use crate::host_tensor::{host_slice, HostElem};
+use crate::host_tensor::{host_slice, HostElem, HostTensorError};
 use crate::op_count::op;
 
 /// Per-layer key/value tensors indexed by slot.
@@ -135,14 +134,14 @@ impl KvStorage {
 
     /// Layer `layer`'s keys and values on the host, `[slots, kv_heads,
     /// head_dim]` each, flat (CPU storage of dtype `T` only).
-    pub fn layer_host<T: HostElem>(&self, layer: usize) -> Result<(&[T], &[T]), EngineError> {
+    pub fn layer_host<T: HostElem>(&self, layer: usize) -> Result<(&[T], &[T]), HostTensorError> {
         let size = self.keys.size();
         let per_layer = (size[1] * size[2] * size[3]) as usize;
         let at = layer * per_layer..(layer + 1) * per_layer;
         let (k, v) = (host_slice::<T>(&self.keys)?, host_slice::<T>(&self.values)?);
         match (k.get(at.clone()), v.get(at)) {
             (Some(k), Some(v)) => Ok((k, v)),
-            _ => Err(EngineError::InvalidRequest(format!(
+            _ => Err(HostTensorError(format!(
                 "layer {layer} is outside the KV pool of {} layers",
                 size[0]
             ))),
