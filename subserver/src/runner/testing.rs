@@ -4,6 +4,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::StandardNormal;
 use tch::{Device, Kind, Tensor};
 
 use crate::error::EngineError;
@@ -27,8 +30,11 @@ pub fn tiny_config() -> ModelConfig {
 }
 
 /// Seeded random weights for `cfg` (only the names the decoder reads).
+/// Drawn from a generator of their own, not libtorch's process-global one:
+/// tests run in parallel, and two runners built from the same seed must get
+/// the same weights whatever other tests draw meanwhile.
 pub fn random_weights(cfg: &ModelConfig, seed: i64) -> HashMap<String, Tensor> {
-    tch::manual_seed(seed);
+    let rng = &mut ChaCha8Rng::seed_from_u64(seed as u64);
     let (h, hd, nh, nkv, i, v) = (
         cfg.hidden_size as i64,
         cfg.head_dim() as i64,
@@ -37,31 +43,40 @@ pub fn random_weights(cfg: &ModelConfig, seed: i64) -> HashMap<String, Tensor> {
         cfg.intermediate_size as i64,
         cfg.vocab_size as i64,
     );
-    let opts = (Kind::Float, Device::Cpu);
-    let lin = |o: i64, n: i64| Tensor::randn([o, n], opts) / (n as f64).sqrt();
-    let norm = |n: i64| Tensor::randn([n], opts) * 0.1 + 1.0;
+    let lin = |rng: &mut ChaCha8Rng, o: i64, n: i64| normal(rng, &[o, n]) / (n as f64).sqrt();
+    let norm = |rng: &mut ChaCha8Rng, n: i64| normal(rng, &[n]) * 0.1 + 1.0;
     let mut w = HashMap::new();
-    w.insert(
-        "model.embed_tokens.weight".into(),
-        Tensor::randn([v, h], opts),
-    );
-    w.insert("lm_head.weight".into(), Tensor::randn([v, h], opts));
-    w.insert("model.norm.weight".into(), norm(h));
+    w.insert("model.embed_tokens.weight".into(), normal(rng, &[v, h]));
+    w.insert("lm_head.weight".into(), normal(rng, &[v, h]));
+    w.insert("model.norm.weight".into(), norm(rng, h));
     for l in 0..cfg.num_hidden_layers {
         let p = format!("model.layers.{l}");
-        w.insert(format!("{p}.self_attn.q_proj.weight"), lin(nh * hd, h));
-        w.insert(format!("{p}.self_attn.k_proj.weight"), lin(nkv * hd, h));
-        w.insert(format!("{p}.self_attn.v_proj.weight"), lin(nkv * hd, h));
-        w.insert(format!("{p}.self_attn.o_proj.weight"), lin(h, nh * hd));
-        w.insert(format!("{p}.self_attn.q_norm.weight"), norm(hd));
-        w.insert(format!("{p}.self_attn.k_norm.weight"), norm(hd));
-        w.insert(format!("{p}.mlp.gate_proj.weight"), lin(i, h));
-        w.insert(format!("{p}.mlp.up_proj.weight"), lin(i, h));
-        w.insert(format!("{p}.mlp.down_proj.weight"), lin(h, i));
-        w.insert(format!("{p}.input_layernorm.weight"), norm(h));
-        w.insert(format!("{p}.post_attention_layernorm.weight"), norm(h));
+        w.insert(format!("{p}.self_attn.q_proj.weight"), lin(rng, nh * hd, h));
+        w.insert(
+            format!("{p}.self_attn.k_proj.weight"),
+            lin(rng, nkv * hd, h),
+        );
+        w.insert(
+            format!("{p}.self_attn.v_proj.weight"),
+            lin(rng, nkv * hd, h),
+        );
+        w.insert(format!("{p}.self_attn.o_proj.weight"), lin(rng, h, nh * hd));
+        w.insert(format!("{p}.self_attn.q_norm.weight"), norm(rng, hd));
+        w.insert(format!("{p}.self_attn.k_norm.weight"), norm(rng, hd));
+        w.insert(format!("{p}.mlp.gate_proj.weight"), lin(rng, i, h));
+        w.insert(format!("{p}.mlp.up_proj.weight"), lin(rng, i, h));
+        w.insert(format!("{p}.mlp.down_proj.weight"), lin(rng, h, i));
+        w.insert(format!("{p}.input_layernorm.weight"), norm(rng, h));
+        w.insert(format!("{p}.post_attention_layernorm.weight"), norm(rng, h));
     }
     w
+}
+
+/// A standard-normal `f32` tensor of `shape` from `rng`.
+fn normal(rng: &mut ChaCha8Rng, shape: &[i64]) -> Tensor {
+    let n = shape.iter().product::<i64>() as usize;
+    let v: Vec<f32> = (0..n).map(|_| rng.sample(StandardNormal)).collect();
+    Tensor::from_slice(&v).view(shape)
 }
 
 /// A runner over the tiny model with room for `kv_tokens` tokens.
