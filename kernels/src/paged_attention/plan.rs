@@ -149,11 +149,6 @@ impl Plan {
         self.rows
     }
 
-    /// The attention geometry it was planned for.
-    pub fn geometry(&self) -> Geometry {
-        self.geometry
-    }
-
     /// Splits the tasks into at most `parts` consecutive ranges of about
     /// equal work (positions times query rows), for the threads to claim.
     pub(crate) fn parts(&self, parts: usize) -> Vec<Range<usize>> {

@@ -71,11 +71,6 @@ impl PagedCpu {
         self.mode.set(mode);
     }
 
-    /// The current mode.
-    pub fn mode(&self) -> CpuAttention {
-        self.mode.get()
-    }
-
     /// The step's plan when it takes the paged path: on the CPU, in
     /// [`CpuAttention::Paged`], with a pool of f32 or bf16, for a layout
     /// that carries host items of at most [`PAGED_MAX_ROWS`] new tokens.
