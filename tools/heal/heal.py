@@ -43,7 +43,18 @@ def parse():
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=["auto", "bf16", "f32"], default="auto",
+                   help="matmul precision while training (auto: bf16 where the CPU has it); "
+                        "the weights and optimizer stay float32 either way")
     return p.parse_args()
+
+
+def train_dtype(choice):
+    """bf16 autocast halves the step on a CPU with native bf16 (AMX or
+    avx512_bf16); elsewhere it is emulated and slower than float32."""
+    if choice == "auto":
+        return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+    return torch.bfloat16 if choice == "bf16" else torch.float32
 
 
 def batch_loss(model, items, with_entropy=False):
@@ -125,6 +136,7 @@ def main():
     opt = torch.optim.AdamW(params, lr=a.lr, weight_decay=0.0)
     steps = a.epochs * math.ceil(len(train) / a.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=a.lr, total_steps=steps, pct_start=0.1)
+    dtype = train_dtype(a.dtype)
     t1 = time.time()
     bar = tqdm(total=steps, desc="distilling", unit="step")
     for epoch in range(a.epochs):
@@ -132,7 +144,8 @@ def main():
         random.Random(a.seed + epoch).shuffle(order)
         student.train()
         for s in range(0, len(order), a.batch):
-            loss, _, _ = batch_loss(student, [train[i] for i in order[s:s + a.batch]])
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+                loss, _, _ = batch_loss(student, [train[i] for i in order[s:s + a.batch]])
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -161,7 +174,8 @@ def main():
     report = {"trained": trained, "prompts": len(train), "holdout_prompts": len(hold),
               "max_new_tokens": teacher_meta["max_new_tokens"],
               "train_tokens": sum(x["n"] for x in train), "epochs": a.epochs, "batch": a.batch,
-              "lr": a.lr, "topk": teacher_meta["topk"], "seed": a.seed, "teacher": teacher_meta,
+              "lr": a.lr, "train_dtype": str(dtype).removeprefix("torch."),
+              "topk": teacher_meta["topk"], "seed": a.seed, "teacher": teacher_meta,
               "teacher_seconds": round(teacher_meta["engine_seconds"]
                                        + teacher_meta["teacher_forced_seconds"], 1),
               "train_seconds": round(train_s, 1),
