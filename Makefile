@@ -116,18 +116,12 @@ $(TEACHER): $(SMOLLM2)/config.json $(CACHE)/.torch-ref.stamp tools/heal/teacher.
 
 # The default pair's small model: the 12-layer exit healed by a short
 # distillation from the full model's answers (transformers on the CPU, a few
-# minutes; see tools/heal/heal.py). Cached like the answers.
-$(SMOLLM2_HEALED)/config.json: $(SMOLLM2_SMALL)/config.json $(TEACHER) tools/heal/heal.py tools/heal/batching.py
-	rm -rf $(SMOLLM2_HEALED).tmp
-	$(PY) tools/heal/heal.py $(TEACHER) $(SMOLLM2_SMALL) $(SMOLLM2_HEALED).tmp $(HEAL_ARGS)
-	rm -rf $(SMOLLM2_HEALED) && mv $(SMOLLM2_HEALED).tmp $(SMOLLM2_HEALED)
-
-# The 20-layer exit under the same heal, for bench-eval's exit-depth
-# comparison (why the default pair misses issue 23's accuracy target).
-$(SMOLLM2_MID_HEALED)/config.json: $(SMOLLM2_MID)/config.json $(TEACHER) tools/heal/heal.py tools/heal/batching.py
-	rm -rf $(SMOLLM2_MID_HEALED).tmp
-	$(PY) tools/heal/heal.py $(TEACHER) $(SMOLLM2_MID) $(SMOLLM2_MID_HEALED).tmp $(HEAL_ARGS)
-	rm -rf $(SMOLLM2_MID_HEALED) && mv $(SMOLLM2_MID_HEALED).tmp $(SMOLLM2_MID_HEALED)
+# minutes; see tools/heal/heal.py). Cached like the answers. The same rule
+# heals the 20-layer exit for bench-eval's exit-depth comparison.
+$(MODELS)/smollm2-135m-l%-healed/config.json: $(MODELS)/smollm2-135m-l%/config.json $(TEACHER) tools/heal/heal.py tools/heal/batching.py
+	rm -rf $(@D).tmp
+	$(PY) tools/heal/heal.py $(TEACHER) $(<D) $(@D).tmp $(HEAL_ARGS)
+	rm -rf $(@D) && mv $(@D).tmp $(@D)
 
 # The healed exit's R2R divergence router, trained on the same answers
 # (tools/heal/r2r_router.py; config/smollm2-r2r.yaml serves the pair with it).

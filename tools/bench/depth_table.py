@@ -80,11 +80,12 @@ def main():
         depth, tau, ev, speed = row.split("|")
         r = load(os.path.join(raw, "eval", ev + ".json"))
         acc, shown = accuracy(r)
-        both.append({"depth": depth, "tau": tau, "share": r["large_share"] or 0,
-                     "acc": acc / large_acc if large_acc else 0, "n1": tok_s(raw, speed, 1) / base[1]})
+        p = {"depth": depth, "tau": tau, "share": r["large_share"] or 0,
+             "acc": acc / large_acc if large_acc else 0,
+             "n1": tok_s(raw, speed, 1) / base[1], "n8": tok_s(raw, speed, 8) / base[8]}
+        both.append(p)
         lines.append(f"| {depth} layers | {agree[depth]} | {accuracy(small[depth])[1]} | {tau} "
-                     f"| {r['large_share'] or 0:.3f} | {shown} | {acc / large_acc if large_acc else 0:.2f} "
-                     f"| {tok_s(raw, speed, 1) / base[1]:.2f} | {tok_s(raw, speed, 8) / base[8]:.2f} |")
+                     f"| {p['share']:.3f} | {shown} | {p['acc']:.2f} | {p['n1']:.2f} | {p['n8']:.2f} |")
     head = ("**Exit depth: the trade the default pair sits on.** The only real model here is "
             "SmolLM2-135M, so the small model is an early exit of it. The same heal on the 20-layer "
             "exit (make's `smollm2-135m-l20-healed`) against the default's 12-layer one: accuracy "
