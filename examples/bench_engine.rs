@@ -14,6 +14,8 @@
 
 #[path = "bench_engine/gemm_floor.rs"]
 mod gemm_floor;
+#[path = "bench_engine/gemm_path.rs"]
+mod gemm_path;
 #[path = "bench_engine/host_costs.rs"]
 mod host_costs;
 #[path = "bench_engine/kv_reads.rs"]
@@ -439,6 +441,14 @@ fn main() -> Result<()> {
         .chain(args.profile_contexts.iter().map(|&c| (1, c)))
         .collect();
     kv_reads::section(&mut page, &args.model, dtype, &points, args.gen_tokens)?;
+    gemm_path::section(
+        &mut page,
+        &args.model,
+        dtype,
+        &args.batches,
+        args.prompt_tokens,
+        args.gen_tokens,
+    )?;
     let vocab = subserver::model::dir::ModelDir::open(&args.model)?
         .config
         .vocab_size;

@@ -7,6 +7,11 @@ use std::process::Command;
 
 fn main() {
     libtorch_link::emit();
+    println!("cargo:rerun-if-changed=cpu/onednn.cpp");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    if let Err(e) = build_onednn_shim() {
+        panic!("subserver: the CPU shim (cpu/onednn.cpp) could not be built: {e}");
+    }
     println!("cargo:rerun-if-changed=cuda/shim.cpp");
     println!("cargo:rerun-if-env-changed=CXX");
     println!("cargo:rerun-if-env-changed=CUDA_INCLUDE_DIR");
@@ -15,6 +20,26 @@ fn main() {
             panic!("subserver: the `cuda` feature could not build the CUDA shim: {e}");
         }
     }
+}
+
+/// Compiles `cpu/onednn.cpp` (oneDNN's packed-weight linear through
+/// libtorch's dispatcher) against the torch wheel's headers into a static
+/// library linked into this crate; it needs only libtorch_cpu, which tch
+/// links anyway. The C++ ABI flag is torch-sys's (`LIBTORCH_CXX11_ABI`,
+/// default 1, as the 2.11 wheels are built).
+fn build_onednn_shim() -> Result<(), String> {
+    let torch = libtorch_link::libtorch_dir()
+        .ok_or("LIBTORCH must point at the torch wheel (run `make venv`)")?;
+    let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".into());
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .opt_level(2)
+        .define("_GLIBCXX_USE_CXX11_ABI", abi.as_str())
+        .include(torch.join("include"))
+        .file("cpu/onednn.cpp")
+        .try_compile("tronednn")
+        .map_err(|e| e.to_string())
 }
 
 /// Compiles `cuda/shim.cpp` against the torch wheel's headers into

@@ -14,7 +14,8 @@ mod libtorch_link {
     use std::process::Command;
 
     /// Finds libtorch: `LIBTORCH` (set by the Makefile or `.cargo/config.toml`).
-    fn libtorch_dir() -> Option<PathBuf> {
+    #[allow(dead_code)] // Only some build scripts also compile against its headers.
+    pub fn libtorch_dir() -> Option<PathBuf> {
         println!("cargo:rerun-if-env-changed=LIBTORCH");
         println!("cargo:rerun-if-env-changed=TOKENROUTER_LINK_CUDA");
         let dir = PathBuf::from(std::env::var_os("LIBTORCH")?);

@@ -1,8 +1,9 @@
 //! The GEMM floor of one decode step: the step's weight matmuls alone, at
-//! the model's shapes and dtype, through the same libtorch `linear` that
-//! both our runner and transformers call. No engine built on these GEMMs
-//! can step faster than this floor, so transformers' step time over it
-//! bounds how far any such engine can lead transformers.
+//! the model's shapes and dtype, through libtorch's plain `linear` (the call
+//! transformers makes) and through our runner's projection
+//! (`subserver::model::linear`: oneDNN on weights packed at load for bf16 on
+//! the CPU). Our step cannot be faster than our floor, so transformers'
+//! step time over it bounds how far our engine can lead transformers.
 
 use std::path::Path;
 use std::time::Instant;
@@ -11,6 +12,7 @@ use anyhow::Result;
 use loadgen::page::Page;
 use subserver::config::DType;
 use subserver::model::config::ModelConfig;
+use subserver::model::linear::{Gemm, Linear};
 use tch::{Device, Kind, Tensor};
 
 /// Timed repetitions after the warm-up.
@@ -21,16 +23,22 @@ const WARMUP: usize = 3;
 /// per layer the fused QKV, the output projection, the fused gate/up and
 /// the down projection, then the LM head. Attention, norms and RoPE are
 /// left out: this is a lower bound on a step, not an estimate of one.
-pub fn step_ms(cfg: &ModelConfig, dtype: DType, batch: usize) -> Result<f64> {
+pub fn step_ms(cfg: &ModelConfig, dtype: DType, batch: usize, gemm: Gemm) -> Result<f64> {
     let kind = Kind::from(dtype);
     let h = cfg.hidden_size as i64;
     let q = (cfg.num_attention_heads * cfg.head_dim()) as i64;
     let kv = (cfg.kv_heads() * cfg.head_dim()) as i64;
     let inter = cfg.intermediate_size as i64;
-    let weight = |out: i64, inp: i64| Tensor::f_randn([out, inp], (kind, Device::Cpu));
+    let weight = |out: i64, inp: i64| -> Result<Linear> {
+        Ok(Linear::new(
+            Tensor::f_randn([out, inp], (kind, Device::Cpu))?,
+            None,
+            gemm,
+        )?)
+    };
     // Every layer its own weights, so the step streams as many bytes from
     // memory as a real one does.
-    let layers: Vec<[Tensor; 4]> = (0..cfg.num_hidden_layers)
+    let layers: Vec<[Linear; 4]> = (0..cfg.num_hidden_layers)
         .map(|_| {
             Ok([
                 weight(q + 2 * kv, h)?,
@@ -39,19 +47,19 @@ pub fn step_ms(cfg: &ModelConfig, dtype: DType, batch: usize) -> Result<f64> {
                 weight(h, inter)?,
             ])
         })
-        .collect::<Result<_, tch::TchError>>()?;
+        .collect::<Result<_>>()?;
     let head = weight(cfg.vocab_size as i64, h)?;
     let x = Tensor::f_randn([batch as i64, h], (kind, Device::Cpu))?;
     let attn_out = Tensor::f_randn([batch as i64, q], (kind, Device::Cpu))?;
     let act = Tensor::f_randn([batch as i64, inter], (kind, Device::Cpu))?;
-    let step = || -> Result<(), tch::TchError> {
+    let step = || -> Result<()> {
         for [qkv, o, gate_up, down] in &layers {
-            drop(x.f_linear::<Tensor>(qkv, None)?);
-            drop(attn_out.f_linear::<Tensor>(o, None)?);
-            drop(x.f_linear::<Tensor>(gate_up, None)?);
-            drop(act.f_linear::<Tensor>(down, None)?);
+            drop(qkv.forward(&x)?);
+            drop(o.forward(&attn_out)?);
+            drop(gate_up.forward(&x)?);
+            drop(down.forward(&act)?);
         }
-        drop(x.f_linear::<Tensor>(&head, None)?);
+        drop(head.forward(&x)?);
         Ok(())
     };
     for _ in 0..WARMUP {
@@ -86,10 +94,12 @@ pub fn section(
     let mean = |b: usize, f: fn(&(usize, f64, f64)) -> f64| {
         super::mean(&steps.iter().filter(|s| s.0 == b).map(f).collect::<Vec<_>>())
     };
+    let ours = Gemm::for_weights(Kind::from(dtype), Device::Cpu)?;
     let mut rows = Vec::new();
     let mut at16 = None;
     for &b in batches {
-        let floor = step_ms(&cfg, dtype, b)?;
+        let plain = step_ms(&cfg, dtype, b, Gemm::Plain)?;
+        let floor = step_ms(&cfg, dtype, b, ours)?;
         let (bare_ms, hf) = (mean(b, |s| s.1), mean(b, |s| s.2));
         let ceiling = ceiling(hf, b, floor);
         if b == 16 {
@@ -97,6 +107,7 @@ pub fn section(
         }
         rows.push(vec![
             b.to_string(),
+            format!("{plain:.1}"),
             format!("{floor:.1}"),
             format!("{bare_ms:.1}"),
             format!("{:.0}%", 100.0 * floor / bare_ms),
@@ -105,20 +116,25 @@ pub fn section(
         ]);
     }
     page.section("The GEMM floor");
-    page.para(
+    page.para(&format!(
         "One decode step's weight matmuls alone (per layer the fused QKV, the output \
-         projection, the fused gate/up and the down projection, then the LM head; random \
-         weights of the model's shapes in the run's dtype, every layer its own), through \
-         libtorch's `linear`, the call both our runner and transformers make; mean of 20 \
-         steps after 3 warm-ups, same threads. Attention, norms and RoPE are left out, so \
-         this is a lower bound on any step built on these GEMMs. *Ceiling*: \
-         transformers' step over the floor, the most any such engine can lead it by. \
-         Step times are the means of the runs above.",
-    );
+             projection, the fused gate/up and the down projection, then the LM head; random \
+             weights of the model's shapes in the run's dtype, every layer its own); mean of \
+             20 steps after 3 warm-ups, same threads. *Plain*: libtorch's `linear`, the call \
+             transformers makes. *Ours*: our runner's projection, here {}. Attention, norms \
+             and RoPE are left out, so the floor is a lower bound on any step built on these \
+             GEMMs. *Ceiling*: transformers' step over our floor, the most our engine can lead \
+             it by. Step times are the means of the runs above.",
+        match ours {
+            Gemm::Packed => "oneDNN on weights packed at load (`subserver::model::linear`)",
+            Gemm::Plain => "the same plain `linear`",
+        }
+    ));
     page.table(
         &[
             "batch",
-            "GEMM floor ms / step",
+            "plain GEMMs ms / step",
+            "our GEMM floor ms / step",
             "our bare step ms",
             "floor / our bare step",
             "transformers step ms",

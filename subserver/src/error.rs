@@ -58,6 +58,14 @@ pub enum EngineError {
     /// libtorch raised.
     #[error("torch: {0}")]
     Torch(#[from] tch::TchError),
+    /// oneDNN's packed linear (`model::onednn`) raised.
+    #[error("oneDNN {what}: {message}")]
+    OneDnn {
+        /// The call: weight packing or linear.
+        what: &'static str,
+        /// libtorch's message.
+        message: String,
+    },
     /// A kernel of ours (crate `kernels`) refused its input.
     #[error(transparent)]
     Kernel(#[from] kernels::paged_attention::PlanError),
@@ -87,7 +95,7 @@ impl EngineError {
             Self::Kv(_) => "kv_cache",
             Self::Tokenizer(_) => "tokenizer",
             Self::Asset(_) => "asset",
-            Self::Torch(_) => "torch",
+            Self::Torch(_) | Self::OneDnn { .. } => "torch",
             Self::Kernel(_) | Self::HostTensor(_) => "kernel",
         }
     }

@@ -24,6 +24,7 @@ use crate::kv::storage::{KvStorage, StepContext};
 use crate::model::config::{Architecture, ModelConfig};
 use crate::model::head::{norm_for_matmul, residual_kind, to_kind, Head};
 use crate::model::layout::BatchLayout;
+use crate::model::linear::{Gemm, Linear};
 use crate::model::paged_cpu::{CpuAttention, PagedCpu};
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
@@ -33,17 +34,15 @@ struct Layer {
     /// In the residual dtype, like `post_norm`.
     input_norm: Tensor,
     /// q, k and v projections stacked along the output dimension.
-    qkv: Tensor,
-    qkv_bias: Option<Tensor>,
+    qkv: Linear,
     /// Qwen3's per-head q and k norm weights, as one `[heads + kv_heads,
     /// head_dim]` table, so q and k are normalized in one pass.
     qk_norm: Option<Tensor>,
-    o_proj: Tensor,
-    o_bias: Option<Tensor>,
+    o_proj: Linear,
     post_norm: Tensor,
     /// gate and up projections stacked along the output dimension.
-    gate_up: Tensor,
-    down: Tensor,
+    gate_up: Linear,
+    down: Linear,
 }
 
 /// How one forward's attention reads K/V.
@@ -93,6 +92,7 @@ impl Decoder {
         let vocab = cfg.vocab_size as i64;
         let qkv_bias = arch == Architecture::Qwen2 || cfg.attention_bias;
         let res = residual_kind(kind);
+        let gemm = Gemm::for_weights(kind, device)?;
         let embed = w.take("model.embed_tokens.weight", &[vocab, h])?;
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
@@ -132,16 +132,22 @@ impl Decoder {
                 input_norm: w
                     .take(&format!("{p}.input_layernorm.weight"), &[h])?
                     .f_to_kind(res)?,
-                qkv: Tensor::f_cat(&[q, k, v], 0)?,
-                qkv_bias: bias,
+                qkv: Linear::new(Tensor::f_cat(&[q, k, v], 0)?, bias, gemm)?,
                 qk_norm,
-                o_proj: w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
-                o_bias,
+                o_proj: Linear::new(
+                    w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
+                    o_bias,
+                    gemm,
+                )?,
                 post_norm: w
                     .take(&format!("{p}.post_attention_layernorm.weight"), &[h])?
                     .f_to_kind(res)?,
-                gate_up: Tensor::f_cat(&[gate, up], 0)?,
-                down: w.take(&format!("{p}.mlp.down_proj.weight"), &[h, inter])?,
+                gate_up: Linear::new(Tensor::f_cat(&[gate, up], 0)?, None, gemm)?,
+                down: Linear::new(
+                    w.take(&format!("{p}.mlp.down_proj.weight"), &[h, inter])?,
+                    None,
+                    gemm,
+                )?,
             });
         }
         let norm = w.take("model.norm.weight", &[h])?.f_to_kind(res)?;
@@ -162,12 +168,7 @@ impl Decoder {
             cfg: cfg.clone(),
             embed,
             layers,
-            head: Head {
-                norm,
-                lm_head,
-                kind,
-                eps: cfg.rms_norm_eps,
-            },
+            head: Head::new(norm, lm_head, kind, cfg.rms_norm_eps, gemm)?,
             rope: Rope::new(cfg, kind, device)?,
             kind,
             device,
@@ -244,7 +245,7 @@ impl Decoder {
         let mut x = to_kind(embedded, residual_kind(kind))?;
         for (li, layer) in self.layers.iter().enumerate() {
             let h = norm_for_matmul(&x, &layer.input_norm, eps, kind)?;
-            let qkv = op(h.f_linear(&layer.qkv, layer.qkv_bias.as_ref()))?;
+            let qkv = layer.qkv.forward(&h)?;
             // q and k side by side as `[T, heads + kv_heads, head_dim]`.
             let mut qk = op(op(qkv.f_narrow(1, 0, (nh + nkv) * hd))?.f_view([t, nh + nkv, hd]))?;
             if let Some(w) = &layer.qk_norm {
@@ -265,15 +266,15 @@ impl Decoder {
                     self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?
                 }
             };
-            let o = op(attn.f_linear(&layer.o_proj, layer.o_bias.as_ref()))?;
+            let o = layer.o_proj.forward(&attn)?;
             let _ = op(x.f_add_(&o))?;
             let h = norm_for_matmul(&x, &layer.post_norm, eps, kind)?;
-            let gu = op(h.f_linear::<Tensor>(&layer.gate_up, None))?;
+            let gu = layer.gate_up.forward(&h)?;
             // SwiGLU in place on the gate half of `gu`.
             let mut gate = op(gu.f_narrow(1, 0, inter))?;
             let _ = op(gate.f_silu_())?;
             let _ = op(gate.f_mul_(&op(gu.f_narrow(1, inter, inter))?))?;
-            let down = op(gate.f_linear::<Tensor>(&layer.down, None))?;
+            let down = layer.down.forward(&gate)?;
             let _ = op(x.f_add_(&down))?;
         }
         if let KvReads::Gathered(ctx) = reads {

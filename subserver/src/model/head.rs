@@ -22,6 +22,7 @@
 use tch::{Kind, Tensor};
 
 use crate::error::EngineError;
+use crate::model::linear::{Gemm, Linear};
 use crate::op_count::op;
 
 /// Candidates per row whose logits are recomputed in f32.
@@ -67,8 +68,12 @@ pub struct Head {
     /// Final norm weight, in the residual dtype.
     pub norm: Tensor,
     /// `[rows, hidden]` in the model dtype (rows: the vocabulary, plus
-    /// Co-LLM's deferral columns).
+    /// Co-LLM's deferral columns); the re-score reads its rows.
     pub lm_head: Tensor,
+    /// The same weight as a projection (packed for oneDNN where the
+    /// decoder's projections are: a copy then, as a packed weight cannot be
+    /// indexed).
+    proj: Linear,
     /// The model dtype.
     pub kind: Kind,
     /// The norm's epsilon.
@@ -76,13 +81,32 @@ pub struct Head {
 }
 
 impl Head {
+    /// The head of final norm `norm` (residual dtype) and vocabulary
+    /// projection `lm_head` (model dtype `kind`), multiplied by `gemm`.
+    pub fn new(
+        norm: Tensor,
+        lm_head: Tensor,
+        kind: Kind,
+        eps: f64,
+        gemm: Gemm,
+    ) -> Result<Self, EngineError> {
+        let proj = Linear::new(lm_head.shallow_clone(), None, gemm)?;
+        Ok(Self {
+            norm,
+            lm_head,
+            proj,
+            kind,
+            eps,
+        })
+    }
+
     /// Final hidden states (`[N, H]`, model dtype) and logits without the
     /// re-score (`[N, rows]`, f32) of residual rows `x`, plus the normed
     /// rows in the residual dtype.
     fn project(&self, x: &Tensor) -> Result<(Tensor, Tensor, Tensor), EngineError> {
         let normed = rms_norm(x, &self.norm, self.eps)?;
         let hidden = to_kind(normed.shallow_clone(), self.kind)?;
-        let logits = op(hidden.f_linear::<Tensor>(&self.lm_head, None))?;
+        let logits = self.proj.forward(&hidden)?;
         Ok((hidden, to_kind(logits, Kind::Float)?, normed))
     }
 
@@ -117,16 +141,19 @@ mod tests {
     use tch::{Device, Kind, Tensor};
 
     use super::{Head, RESCORED};
+    use crate::model::linear::Gemm;
 
     fn head(kind: Kind) -> (Head, Tensor) {
         tch::manual_seed(3);
         let lm = Tensor::randn([64, 16], (Kind::Float, Device::Cpu));
-        let head = Head {
-            norm: Tensor::ones([16], (Kind::Float, Device::Cpu)),
-            lm_head: lm.to_kind(kind),
+        let head = Head::new(
+            Tensor::ones([16], (Kind::Float, Device::Cpu)),
+            lm.to_kind(kind),
             kind,
-            eps: 1e-6,
-        };
+            1e-6,
+            Gemm::for_weights(kind, Device::Cpu).unwrap(),
+        )
+        .unwrap();
         (head, Tensor::randn([3, 16], (Kind::Float, Device::Cpu)))
     }
 

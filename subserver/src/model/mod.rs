@@ -5,6 +5,8 @@ pub mod decoder;
 pub mod dir;
 pub mod head;
 pub mod layout;
+pub mod linear;
+pub mod onednn;
 pub mod paged_cpu;
 pub mod rope;
 pub mod weights;
