@@ -10,7 +10,10 @@
 //! plain `linear`, whose MKL GEMV was faster at batch 1 (21.5 against
 //! 29.1 ms); so does CUDA.
 
+use std::sync::OnceLock;
+
 use tch::{Device, Kind, Tensor};
+use tracing::warn;
 
 use crate::error::EngineError;
 use crate::model::onednn;
@@ -32,14 +35,22 @@ pub enum Gemm {
 
 impl Gemm {
     /// The path for weights of `kind` on `device`: packed for bf16 on the
-    /// CPU unless [`CPU_GEMM_ENV`] says `plain`.
+    /// CPU unless [`CPU_GEMM_ENV`] says `plain`, or this libtorch cannot run
+    /// oneDNN's bf16 linear here (a CPU without AVX-512 BW/VL/DQ or
+    /// AVX-NE-CONVERT; checked once, logged).
     pub fn for_weights(kind: Kind, device: Device) -> Result<Self, EngineError> {
         let packable = device == Device::Cpu && kind == Kind::BFloat16;
         let chosen = match std::env::var(CPU_GEMM_ENV) {
             Err(_) => Self::Packed,
             Ok(v) => Self::parse(&v)?,
         };
-        Ok(if packable { chosen } else { Self::Plain })
+        Ok(
+            if packable && chosen == Self::Packed && packed_bf16_runs() {
+                Self::Packed
+            } else {
+                Self::Plain
+            },
+        )
     }
 
     fn parse(value: &str) -> Result<Self, EngineError> {
@@ -51,6 +62,27 @@ impl Gemm {
             ))),
         }
     }
+}
+
+/// Whether oneDNN's packed bf16 linear runs in this process: one small
+/// weight packed and applied, once.
+fn packed_bf16_runs() -> bool {
+    static RUNS: OnceLock<bool> = OnceLock::new();
+    *RUNS.get_or_init(|| {
+        let probe = || -> Result<(), EngineError> {
+            let w = Tensor::f_ones([16, 32], (Kind::BFloat16, Device::Cpu))?;
+            let x = Tensor::f_ones([2, 32], (Kind::BFloat16, Device::Cpu))?;
+            drop(onednn::linear(&x, &onednn::pack(&w)?, None)?);
+            Ok(())
+        };
+        match probe() {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(error = %e, "oneDNN's packed bf16 linear does not run here; using libtorch's linear");
+                false
+            }
+        }
+    })
 }
 
 /// One projection: its weight (plain, or packed for oneDNN) and bias.
