@@ -275,6 +275,7 @@ mod tests {
             label: label.into(),
             correct,
             total,
+            accuracy_ci95: None,
             large_share: Some(share),
             wall_s: 1.0,
             output_tokens: 10,

@@ -9,7 +9,6 @@ timed it ($RAW/SPEED/summary.json); large-only's eval and its timing
 paragraph and the table.
 """
 import json
-import math
 import os
 import sys
 
@@ -19,24 +18,16 @@ def load(path):
         return json.load(f)
 
 
-def wilson(k, n, z=1.96):
-    """95% Wilson interval of k successes in n."""
-    if n == 0:
-        return 0.0, 0.0
-    p = k / n
-    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return mid - half, mid + half
-
-
 def tok_s(raw, run, n):
     rows = load(os.path.join(raw, run, "summary.json"))
     return next(r["output_tok_s"] for r in rows if r["concurrency"] == n)
 
 
 def accuracy(result):
+    """Accuracy and its shown form, with the report's Wilson 95% interval
+    (`tokenrouter eval` writes it: loadgen's `stats::wilson`)."""
     k, n = result["correct"], result["total"]
-    lo, hi = wilson(k, n)
+    lo, hi = result["accuracy_ci95"]
     return k / max(n, 1), f"{k}/{n} ({100 * k / max(n, 1):.1f}%, {100 * lo:.1f}–{100 * hi:.1f}%)"
 
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{equivalent, extract_answer, extract_reference, short};
 use crate::bench::{self, RunSettings};
 use crate::dataset::Prompt;
+use crate::stats::wilson;
 
 /// The instruction put before each math problem (`{problem}` is replaced).
 pub const DEFAULT_TEMPLATE: &str =
@@ -70,6 +71,10 @@ pub struct EvalReport {
     pub correct: usize,
     /// Problems asked.
     pub total: usize,
+    /// The accuracy's Wilson 95% interval (`crate::stats::wilson`), for
+    /// scripts that tabulate reports (absent from older reports).
+    #[serde(default)]
+    pub accuracy_ci95: Option<(f64, f64)>,
     /// Share of output tokens written by the large model, when reported.
     pub large_share: Option<f64>,
     /// Wall time of the whole set (s).
@@ -156,10 +161,12 @@ pub async fn evaluate(
             }
         })
         .collect();
+    let correct = items.iter().filter(|g| g.correct).count();
     Ok(EvalReport {
         label: label.to_string(),
-        correct: items.iter().filter(|g| g.correct).count(),
+        correct,
         total: items.len(),
+        accuracy_ci95: Some(wilson(correct, items.len())),
         large_share: summary.large_model_share,
         wall_s,
         output_tokens: summary.output_tokens,
@@ -168,4 +175,38 @@ pub async fn evaluate(
         switches_per_100_tokens: summary.switches_per_100_tokens,
         items,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `tools/bench/depth_table.py` reads `accuracy_ci95` as `[lo, hi]`;
+    /// reports written before the field existed still load.
+    #[test]
+    fn the_interval_is_written_as_a_pair_and_may_be_absent() {
+        let report = EvalReport {
+            label: "m".into(),
+            correct: 81,
+            total: 263,
+            accuracy_ci95: Some(wilson(81, 263)),
+            large_share: None,
+            wall_s: 1.0,
+            output_tokens: 1,
+            concurrency: 1,
+            output_tok_s: None,
+            switches_per_100_tokens: None,
+            items: Vec::new(),
+        };
+        let json = serde_json::to_value(&report).unwrap();
+        let pair = json["accuracy_ci95"].as_array().unwrap();
+        assert_eq!(pair.len(), 2);
+        assert!(
+            pair[0].as_f64().unwrap() < 81.0 / 263.0 && 81.0 / 263.0 < pair[1].as_f64().unwrap()
+        );
+        let mut old = json;
+        old.as_object_mut().unwrap().remove("accuracy_ci95");
+        let back: EvalReport = serde_json::from_value(old).unwrap();
+        assert_eq!(back.accuracy_ci95, None);
+    }
 }
