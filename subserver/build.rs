@@ -8,6 +8,7 @@ use std::process::Command;
 fn main() {
     libtorch_link::emit();
     println!("cargo:rerun-if-changed=cpu/onednn.cpp");
+    println!("cargo:rerun-if-changed=shim/guarded.h");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     if let Err(e) = build_onednn_shim() {
         panic!("subserver: the CPU shim (cpu/onednn.cpp) could not be built: {e}");

@@ -17,26 +17,15 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include <exception>
+#include "../shim/guarded.h"
+
 #include <optional>
 #include <string>
 
+using tr_shim::guarded;
+using tr_shim::last_error;
+
 namespace {
-thread_local std::string last_error;
-
-template <typename F>
-int guarded(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "unknown C++ exception";
-  }
-  return -1;
-}
-
 c10::OperatorHandle find(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }

@@ -14,25 +14,12 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
-#include <exception>
+#include "../shim/guarded.h"
+
 #include <string>
 
-namespace {
-thread_local std::string last_error;
-
-template <typename F>
-int guarded(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "unknown C++ exception";
-  }
-  return -1;
-}
-}  // namespace
+using tr_shim::guarded;
+using tr_shim::last_error;
 
 extern "C" {
 
