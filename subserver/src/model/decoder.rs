@@ -4,7 +4,9 @@
 //!
 //! Kept to few libtorch calls per token, since on a CPU each costs a
 //! dispatch whatever its size: q, k, v and gate, up are one matmul each
-//! (weights concatenated at load, whatever the loader); norms are ATen's
+//! (weights concatenated at load, whatever the loader; every matmul goes
+//! through `model::linear`, oneDNN on weights packed at load for bf16 on
+//! the CPU); norms are ATen's
 //! `rms_norm`; q and k get their RoPE in one pass (a roll and a sign-folded
 //! sine table: no `rotate_half` cat); residual adds and the SwiGLU gate
 //! run in place; and K/V are read through the block table: on the CPU for
