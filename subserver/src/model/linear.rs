@@ -2,13 +2,13 @@
 //!
 //! On the CPU, bf16 weights are packed once at load into oneDNN's blocked
 //! layout and multiplied by oneDNN's packed linear (`model::onednn`), the
-//! path PyTorch's own CPU compilers take for inference weights. Why: one
-//! decode step's weight GEMMs of SmolLM2-135M (30 layers and the head,
-//! bf16, 2 threads of this project's build machine) took 15.8 ms packed
-//! against 24.7 ms through plain `linear` at batch 16, and 17.3 against
-//! 26.0 ms at batch 1, with identical results at those sizes. f32 keeps
-//! plain `linear`, whose MKL GEMV was faster at batch 1 (21.5 against
-//! 29.1 ms); so does CUDA.
+//! path PyTorch's own CPU compilers take for inference weights. Why:
+//! `make bench-engine` times one decode step of SmolLM2-135M both ways
+//! (`docs/results/engine.md`, "GEMMs: packed oneDNN weights against plain
+//! `linear`": 1.3-1.4x faster at batch 1 to 16 on the 2-core build
+//! machine), with identical results at decode sizes. f32 keeps plain
+//! `linear`: in a torch timing of the step's GEMMs at batch 1 (2 threads),
+//! MKL's GEMV took 21.5 ms against 29.1 ms packed. So does CUDA.
 
 use std::sync::OnceLock;
 
