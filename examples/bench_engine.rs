@@ -10,7 +10,7 @@
 //!
 //! The page ends with computed verdicts for issue 22's targets (engine at
 //! batch 16 against its bare forward and against transformers) and the
-//! libtorch calls per decode step, before and now.
+//! libtorch calls per decode step, before and now (`host_ops`).
 
 #[path = "bench_engine/gemm_floor.rs"]
 mod gemm_floor;
@@ -18,6 +18,8 @@ mod gemm_floor;
 mod gemm_path;
 #[path = "bench_engine/host_costs.rs"]
 mod host_costs;
+#[path = "bench_engine/host_ops.rs"]
+mod host_ops;
 #[path = "bench_engine/kv_reads.rs"]
 mod kv_reads;
 
@@ -220,12 +222,6 @@ fn theirs(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
         .context("decode_tok_s missing")
 }
 
-/// libtorch calls per decode step of the bare forward before issue 22's
-/// changes (fused norms, joint RoPE, K/V gathered once per step), at batch
-/// 1 and 16, counted by the same `op_count` counter at commit 8f80e19
-/// (the old decoder instrumented; SmolLM2-135M, 30 layers).
-const OPS_BEFORE: [(usize, u64); 2] = [(1, 1786), (16, 1786)];
-
 /// Issue 22's targets at batch 16: the engine against its bare forward and
 /// against transformers.
 const VS_BARE_TARGET: f64 = 0.9;
@@ -282,7 +278,6 @@ fn main() -> Result<()> {
     ));
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
-    let mut ops = Vec::new();
     let mut time_rows = Vec::new();
     // (batch, bare step ms, transformers tok/s) of every run.
     let mut steps = Vec::new();
@@ -298,10 +293,9 @@ fn main() -> Result<()> {
     for &b in &args.batches {
         for rep in 1..=args.repeats.max(1) {
             let run = decode_run(&args.model, dtype, b, args.prompt_tokens, args.gen_tokens)?;
-            // The step profile and the op count come from the first run.
+            // The step profile comes from the first run.
             if rep == 1 {
                 profile.decode_ms.push((b, run.step_ms));
-                ops.push((b, run.ops_per_step));
                 if b == 1 {
                     profile.prefill_ms = run.prefill_ms;
                 }
@@ -417,30 +411,19 @@ fn main() -> Result<()> {
         let missed = mean(&vs_hf) < VS_HF_TARGET;
         gemm_floor::section(&mut page, &args.model, &args.batches, dtype, &steps, missed)?;
     }
-    let op_rows: Vec<Vec<String>> = OPS_BEFORE
-        .iter()
-        .map(|&(b, before)| {
-            let now = ops.iter().find(|o| o.0 == b).map(|o| o.1);
-            vec![
-                b.to_string(),
-                format!("{before} ({:.1} / token)", before as f64 / b as f64),
-                now.map_or("not measured".into(), |n| {
-                    format!("{n} ({:.1} / token)", n as f64 / b as f64)
-                }),
-            ]
-        })
-        .collect();
-    page.para(
-        "libtorch calls per decode step of the bare forward, before the fused norms, joint \
-         RoPE and per-step K/V gather (counted by the same counter at the commit named in \
-         `examples/bench_engine.rs`) and in this run:",
-    );
-    page.table(&["batch", "ops / step before", "ops / step now"], &op_rows);
     let points: Vec<(usize, usize)> = [(16, args.prompt_tokens), (64, args.prompt_tokens)]
         .into_iter()
         .chain(args.profile_contexts.iter().map(|&c| (1, c)))
         .collect();
     kv_reads::section(&mut page, &args.model, dtype, &points, args.gen_tokens)?;
+    host_ops::section(
+        &mut page,
+        &args.model,
+        dtype,
+        &args.batches,
+        args.prompt_tokens,
+        args.gen_tokens,
+    )?;
     gemm_path::section(
         &mut page,
         &args.model,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use loadgen::page::Page;
-use subserver::bench::profile::decode_run_reading;
+use subserver::bench::profile::{decode_run_with, DecodePaths};
 use subserver::config::DType;
 use subserver::model::paged_cpu::CpuAttention;
 
@@ -50,7 +50,11 @@ fn rows(
     let mut rows = Vec::new();
     for &(batch, prompt) in points {
         let step = |reads| -> Result<f64> {
-            Ok(decode_run_reading(model, dtype, batch, prompt, steps, reads)?.step_ms)
+            let paths = DecodePaths {
+                reads,
+                ..DecodePaths::default()
+            };
+            Ok(decode_run_with(model, dtype, batch, prompt, steps, paths)?.step_ms)
         };
         let gathered = step(CpuAttention::Gather)?;
         let paged = step(CpuAttention::Paged)?;

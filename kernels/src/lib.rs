@@ -8,6 +8,10 @@
 //! one-pass algorithm of the signals kernel also has a CPU twin,
 //! [`routing_signals_one_pass`], tested here without a GPU.
 //!
+//! [`layer_ops`] are a decoder layer's elementwise passes on the host
+//! (residual add and norm, SwiGLU, the QKV epilogue with RoPE and the K/V
+//! writes), one pass each where libtorch takes a chain of ops.
+//!
 //! [`paged_attention`] is the engine's CPU attention for decode-sized
 //! steps: new queries against K/V read in place from the paged pool
 //! through each sequence's slot table (its tests compare it with textbook
@@ -25,8 +29,11 @@ pub mod check;
 #[allow(unsafe_code)] // FFI: the CUDA kernels and the CUDA runtime.
 pub mod cuda;
 mod distribution;
+pub mod elem;
 mod fast_exp;
+pub mod layer_ops;
 pub mod paged_attention;
+pub mod parallel;
 mod row_stats;
 pub mod sampling;
 mod selection;

@@ -28,6 +28,10 @@ impl HostElem for half::bf16 {
     const KIND: Kind = Kind::BFloat16;
 }
 
+impl HostElem for i64 {
+    const KIND: Kind = Kind::Int64;
+}
+
 fn check<T: HostElem>(t: &Tensor) -> Result<usize, HostTensorError> {
     if t.device() != Device::Cpu || t.kind() != T::KIND || !t.is_contiguous() {
         return Err(HostTensorError(format!(

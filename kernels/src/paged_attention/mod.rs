@@ -14,85 +14,13 @@ mod avx512;
 mod plan;
 mod task;
 
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+pub use crate::elem::KvElem;
+pub use crate::parallel::{Parallel, ScopedThreads, Serial};
 pub use plan::{Geometry, Item, Plan, PlanError};
 use task::{run_task, Isa, MAX_HEAD_DIM};
-
-/// An element of the KV pool.
-pub trait KvElem: Copy + Send + Sync + 'static {
-    /// Whether it is stored as `bfloat16` (else as `f32`): the SIMD loads
-    /// read the pool by this layout.
-    const IS_BF16: bool;
-    /// The value as `f32`.
-    fn widen(self) -> f32;
-}
-
-impl KvElem for f32 {
-    const IS_BF16: bool = false;
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        self
-    }
-}
-
-impl KvElem for half::bf16 {
-    const IS_BF16: bool = true;
-    #[inline(always)]
-    fn widen(self) -> f32 {
-        // bf16 is the top half of an f32: a shift, which vectorizes.
-        f32::from_bits(u32::from(self.to_bits()) << 16)
-    }
-}
-
-/// Threads to run one step's tasks on.
-pub trait Parallel {
-    /// Most threads [`Parallel::run`] uses.
-    fn threads(&self) -> usize;
-    /// Calls `work` on up to [`Parallel::threads`] threads at once (this one
-    /// included) and returns once every call has returned: `false` if one
-    /// panicked. `work` claims tasks until none are left, so fewer threads
-    /// than asked still finish the step.
-    fn run(&self, work: &(dyn Fn() + Sync)) -> bool;
-}
-
-/// This thread only.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Serial;
-
-impl Parallel for Serial {
-    fn threads(&self) -> usize {
-        1
-    }
-
-    fn run(&self, work: &(dyn Fn() + Sync)) -> bool {
-        std::panic::catch_unwind(AssertUnwindSafe(work)).is_ok()
-    }
-}
-
-/// `n` threads spawned for each call (this one among them): for callers
-/// without a pool of their own (the engine lends libtorch's OpenMP team).
-#[derive(Debug, Clone, Copy)]
-pub struct ScopedThreads(pub usize);
-
-impl Parallel for ScopedThreads {
-    fn threads(&self) -> usize {
-        self.0.max(1)
-    }
-
-    fn run(&self, work: &(dyn Fn() + Sync)) -> bool {
-        std::thread::scope(|s| {
-            let others: Vec<_> = (1..self.threads()).map(|_| s.spawn(work)).collect();
-            let mine = std::panic::catch_unwind(AssertUnwindSafe(work)).is_ok();
-            // Join every thread before answering, even after a panic here.
-            others
-                .into_iter()
-                .fold(mine, |ok, h| h.join().is_ok() && ok)
-        })
-    }
-}
 
 /// Attention of `plan`'s query rows against their sequences' context.
 ///

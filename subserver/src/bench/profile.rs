@@ -158,6 +158,25 @@ pub struct DecodeRun {
     pub ops_per_step: u64,
 }
 
+/// The CPU paths a bare decode run takes (the defaults: the engine's).
+#[derive(Debug, Clone, Copy)]
+pub struct DecodePaths {
+    /// How attention reads K/V.
+    pub reads: CpuAttention,
+    /// Whether the layers' elementwise work runs as host passes
+    /// (`model::elementwise`) rather than ATen ops.
+    pub host_elementwise: bool,
+}
+
+impl Default for DecodePaths {
+    fn default() -> Self {
+        Self {
+            reads: CpuAttention::Paged,
+            host_elementwise: true,
+        }
+    }
+}
+
 /// Greedy decode of `batch` random prompts in `dtype`.
 pub fn decode_run(
     model: &Path,
@@ -166,31 +185,34 @@ pub fn decode_run(
     prompt_tokens: usize,
     steps: usize,
 ) -> Result<DecodeRun, EngineError> {
-    decode_run_reading(
+    decode_run_with(
         model,
         dtype,
         batch,
         prompt_tokens,
         steps,
-        CpuAttention::Paged,
+        DecodePaths::default(),
     )
 }
 
-/// [`decode_run`] with the CPU's attention reading K/V the given way.
-pub fn decode_run_reading(
+/// [`decode_run`] on the given CPU paths.
+pub fn decode_run_with(
     model: &Path,
     dtype: DType,
     batch: usize,
     prompt_tokens: usize,
     steps: usize,
-    reads: CpuAttention,
+    paths: DecodePaths,
 ) -> Result<DecodeRun, EngineError> {
     let mut opts = TchRunnerOptions::new(model);
     opts.dtype = dtype;
     opts.kv_budget = KvBudget::Tokens(batch * (prompt_tokens + steps + 16));
     opts.enable_prefix_cache = false;
     let mut runner = TchRunner::load(&opts)?;
-    runner.decoder().set_cpu_attention(reads);
+    runner.decoder().set_cpu_attention(paths.reads);
+    runner
+        .decoder()
+        .set_host_elementwise(paths.host_elementwise);
     let vocab = runner.info().vocab_size as u32;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(batch as u64);
     let mut step = StepBatch::default();

@@ -18,7 +18,7 @@ use tch::{Device, Kind, Tensor};
 
 use tch::TchError;
 
-use crate::host_tensor::{host_slice, HostElem, HostTensorError};
+use crate::host_tensor::{host_slice, host_slice_mut, HostElem, HostTensorError};
 use crate::op_count::op;
 
 /// Per-layer key/value tensors indexed by slot.
@@ -144,6 +144,29 @@ impl KvStorage {
             _ => Err(HostTensorError(format!(
                 "layer {layer} is outside the KV pool of {} layers",
                 size[0]
+            ))),
+        }
+    }
+
+    /// Layer `layer`'s keys and values on the host, writable (as
+    /// [`KvStorage::layer_host`]): the decoder's QKV epilogue writes a
+    /// step's new rows through them.
+    pub fn layer_host_mut<T: HostElem>(
+        &mut self,
+        layer: usize,
+    ) -> Result<(&mut [T], &mut [T]), HostTensorError> {
+        let size = self.keys.size();
+        let per_layer = (size[1] * size[2] * size[3]) as usize;
+        let at = layer * per_layer..(layer + 1) * per_layer;
+        let layers = size[0];
+        let (k, v) = (
+            host_slice_mut::<T>(&mut self.keys)?,
+            host_slice_mut::<T>(&mut self.values)?,
+        );
+        match (k.get_mut(at.clone()), v.get_mut(at)) {
+            (Some(k), Some(v)) => Ok((k, v)),
+            _ => Err(HostTensorError(format!(
+                "layer {layer} is outside the KV pool of {layers} layers"
             ))),
         }
     }

@@ -17,6 +17,7 @@
 
 use std::cell::Cell;
 
+use kernels::layer_ops::QkvShape;
 use kernels::paged_attention::Plan;
 use tch::{Device, Kind, Tensor};
 use tracing::warn;
@@ -24,7 +25,8 @@ use tracing::warn;
 use crate::error::EngineError;
 use crate::kv::storage::{KvStorage, StepContext};
 use crate::model::config::{Architecture, ModelConfig};
-use crate::model::head::{norm_for_matmul, residual_kind, to_kind, Head};
+use crate::model::elementwise::{Elementwise, QkvInputs};
+use crate::model::head::{residual_kind, to_kind, Head};
 use crate::model::layout::BatchLayout;
 use crate::model::linear::{Gemm, Linear};
 use crate::model::paged_cpu::{CpuAttention, PagedCpu};
@@ -70,6 +72,8 @@ pub struct Decoder {
     last_ops: Cell<u64>,
     /// The CPU's paged attention (unused on CUDA).
     paged: PagedCpu,
+    /// See [`Decoder::set_host_elementwise`].
+    host_elementwise: Cell<bool>,
 }
 
 impl Decoder {
@@ -176,6 +180,7 @@ impl Decoder {
             device,
             last_ops: Cell::new(0),
             paged: PagedCpu::new(cfg, kind, device),
+            host_elementwise: Cell::new(true),
         })
     }
 
@@ -189,6 +194,13 @@ impl Decoder {
     /// side-by-side measurements).
     pub fn set_cpu_attention(&self, mode: CpuAttention) {
         self.paged.set_mode(mode);
+    }
+
+    /// Whether later forwards on the CPU run the layers' elementwise work
+    /// as host passes (`true`, the default) or as ATen ops (the path
+    /// before them, for side-by-side measurements and tests).
+    pub fn set_host_elementwise(&self, on: bool) {
+        self.host_elementwise.set(on);
     }
 
     /// The configuration it was built from.
@@ -245,38 +257,59 @@ impl Decoder {
         let kind = self.kind;
         let embedded = op(self.embed.f_index_select(0, &layout.tokens))?;
         let mut x = to_kind(embedded, residual_kind(kind))?;
+        let mut ew = Elementwise::for_step(
+            self.host_elementwise.get(),
+            kind,
+            self.device,
+            t,
+            cfg.hidden_size as i64,
+            inter,
+            nh * hd,
+        )?;
+        let shape = QkvShape {
+            heads: nh as usize,
+            kv_heads: nkv as usize,
+            head_dim: hd as usize,
+        };
+        // Each layer's closing residual add runs with the next one's norm.
+        let mut pending: Option<Tensor> = None;
         for (li, layer) in self.layers.iter().enumerate() {
-            let h = norm_for_matmul(&x, &layer.input_norm, eps, kind)?;
+            let h = ew.add_norm(&mut x, pending.as_ref(), &layer.input_norm, eps, kind)?;
             let qkv = layer.qkv.forward(&h)?;
-            // q and k side by side as `[T, heads + kv_heads, head_dim]`.
-            let mut qk = op(op(qkv.f_narrow(1, 0, (nh + nkv) * hd))?.f_view([t, nh + nkv, hd]))?;
-            if let Some(w) = &layer.qk_norm {
-                let normed = op(qk.f_rms_norm([hd], None::<Tensor>, eps))?;
-                qk = op(normed.f_mul(w))?;
-            }
-            let qk = Rope::apply(&qk, &cos, &sin)?;
-            let q = op(qk.f_narrow(1, 0, nh))?;
-            let k = op(qk.f_narrow(1, nh, nkv))?;
-            let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
-            let attn = match &mut reads {
-                KvReads::InPlace(plan) => {
-                    kv.write_layer(li, &layout.slots, &k, &v)?;
+            let attn = match (&mut reads, ew.buffers()) {
+                (KvReads::InPlace(plan), Some(buf)) => {
+                    let inputs = QkvInputs {
+                        shape,
+                        positions: &layout.positions,
+                        slots: &layout.slots,
+                        rope: self.rope.table(),
+                        qk_norm: layer.qk_norm.as_ref().map(|w| (w, eps)),
+                    };
+                    let q = buf.qkv_to_pool(&qkv, &inputs, kv, li)?;
                     self.paged.attend(plan, kv, li, &q)?
                 }
-                KvReads::Gathered(ctx) => {
-                    ctx.write(li, &layout.new_rows, &k, &v)?;
-                    self.attention(layout, &ctx.layer_keys[li], &ctx.layer_values[li], &q)?
+                (reads, _) => {
+                    let (q, k, v) = self.qkv_ops(layer, &qkv, t, &cos, &sin)?;
+                    match reads {
+                        KvReads::InPlace(plan) => {
+                            kv.write_layer(li, &layout.slots, &k, &v)?;
+                            self.paged.attend(plan, kv, li, &q)?
+                        }
+                        KvReads::Gathered(ctx) => {
+                            ctx.write(li, &layout.new_rows, &k, &v)?;
+                            let (keys, values) = (&ctx.layer_keys[li], &ctx.layer_values[li]);
+                            self.attention(layout, keys, values, &q)?
+                        }
+                    }
                 }
             };
             let o = layer.o_proj.forward(&attn)?;
-            let _ = op(x.f_add_(&o))?;
-            let h = norm_for_matmul(&x, &layer.post_norm, eps, kind)?;
+            let h = ew.add_norm(&mut x, Some(&o), &layer.post_norm, eps, kind)?;
             let gu = layer.gate_up.forward(&h)?;
-            // SwiGLU in place on the gate half of `gu`.
-            let mut gate = op(gu.f_narrow(1, 0, inter))?;
-            let _ = op(gate.f_silu_())?;
-            let _ = op(gate.f_mul_(&op(gu.f_narrow(1, inter, inter))?))?;
-            let down = layer.down.forward(&gate)?;
+            let act = ew.swiglu(&gu, inter)?;
+            pending = Some(layer.down.forward(&act)?);
+        }
+        if let Some(down) = pending {
             let _ = op(x.f_add_(&down))?;
         }
         if let KvReads::Gathered(ctx) = reads {
@@ -298,6 +331,33 @@ impl Decoder {
         let (hidden, logits) = self.head.forward(&last)?;
         self.last_ops.set(ops_so_far() - ops_before);
         Ok((logits, hidden, entropies))
+    }
+
+    /// q (`[T, heads, head_dim]`), k and v (`[T, kv_heads, head_dim]`)
+    /// from the fused QKV output as ATen ops: q/k norms, then RoPE.
+    fn qkv_ops(
+        &self,
+        layer: &Layer,
+        qkv: &Tensor,
+        t: i64,
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor), EngineError> {
+        let cfg = &self.cfg;
+        let nh = cfg.num_attention_heads as i64;
+        let nkv = cfg.kv_heads() as i64;
+        let hd = cfg.head_dim() as i64;
+        // q and k side by side as `[T, heads + kv_heads, head_dim]`.
+        let mut qk = op(op(qkv.f_narrow(1, 0, (nh + nkv) * hd))?.f_view([t, nh + nkv, hd]))?;
+        if let Some(w) = &layer.qk_norm {
+            let normed = op(qk.f_rms_norm([hd], None::<Tensor>, cfg.rms_norm_eps))?;
+            qk = op(normed.f_mul(w))?;
+        }
+        let qk = Rope::apply(&qk, cos, sin)?;
+        let q = op(qk.f_narrow(1, 0, nh))?;
+        let k = op(qk.f_narrow(1, nh, nkv))?;
+        let v = op(op(qkv.f_narrow(1, (nh + nkv) * hd, nkv * hd))?.f_view([t, nkv, hd]))?;
+        Ok((q, k, v))
     }
 
     /// Attention of the new queries against each item's whole context,

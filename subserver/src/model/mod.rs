@@ -3,6 +3,7 @@
 pub mod config;
 pub mod decoder;
 pub mod dir;
+pub mod elementwise;
 pub mod head;
 pub mod layout;
 pub mod linear;

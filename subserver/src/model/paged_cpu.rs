@@ -107,7 +107,11 @@ impl PagedCpu {
     ) -> Result<Tensor, EngineError> {
         let g = self.geometry;
         let t = plan.rows() as i64;
-        let q32 = op(op(q.f_to_kind(Kind::Float))?.f_contiguous())?;
+        let q32 = if q.kind() == Kind::Float && q.is_contiguous() {
+            q.shallow_clone()
+        } else {
+            op(op(q.f_to_kind(Kind::Float))?.f_contiguous())?
+        };
         let mut out = op(Tensor::f_empty(
             [t, (g.heads * g.head_dim) as i64],
             (Kind::Float, Device::Cpu),

@@ -96,6 +96,12 @@ impl Rope {
         self.max_positions
     }
 
+    /// The whole table, `[max_positions, 2, head_dim]` in the model dtype
+    /// (the host QKV epilogue reads it by position).
+    pub fn table(&self) -> &Tensor {
+        &self.table
+    }
+
     /// cos and signed-sin rows for `positions` (`[T]` int64), each
     /// `[T, 1, head_dim]`: looked up once per step, shared by every layer.
     pub fn tables(&self, positions: &Tensor) -> Result<(Tensor, Tensor), EngineError> {

@@ -81,14 +81,22 @@ fn normal(rng: &mut ChaCha8Rng, shape: &[i64]) -> Tensor {
 
 /// A runner over the tiny model with room for `kv_tokens` tokens.
 pub fn tiny_runner(kv_tokens: usize, block_size: usize) -> Result<TchRunner, EngineError> {
+    tiny_runner_in(Kind::Float, kv_tokens, block_size)
+}
+
+/// [`tiny_runner`] with weights, activations and KV in `kind`.
+pub fn tiny_runner_in(
+    kind: Kind,
+    kv_tokens: usize,
+    block_size: usize,
+) -> Result<TchRunner, EngineError> {
     let cfg = tiny_config();
     let path = Path::new("tiny-random");
-    let decoder = Decoder::new(
-        &cfg,
-        Weights::from_map(path, random_weights(&cfg, 7)),
-        Kind::Float,
-        Device::Cpu,
-    )?;
+    let weights = random_weights(&cfg, 7)
+        .into_iter()
+        .map(|(name, t)| Ok((name, t.f_to_kind(kind)?)))
+        .collect::<Result<_, EngineError>>()?;
+    let decoder = Decoder::new(&cfg, Weights::from_map(path, weights), kind, Device::Cpu)?;
     let dir = ModelDir {
         path: path.to_path_buf(),
         config: cfg,
