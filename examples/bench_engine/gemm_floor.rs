@@ -1,8 +1,8 @@
 //! The GEMM floor of one decode step: the step's weight matmuls alone, at
 //! the model's shapes and dtype, through libtorch's plain `linear` (the call
 //! transformers makes) and through our runner's projection
-//! (`subserver::model::linear`: oneDNN on weights packed at load for bf16 on
-//! the CPU). Our step cannot be faster than our floor, so transformers'
+//! (`subserver::model::linear`: for bf16 on the CPU, weights packed at
+//! load for oneDNN or for `kernels::gemm`, per CPU). Our step cannot be faster than our floor, so transformers'
 //! step time over it bounds how far our engine can lead transformers.
 
 use std::path::Path;
@@ -127,6 +127,9 @@ pub fn section(
              it by. Step times are the means of the runs above.",
         match ours {
             Gemm::Packed => "oneDNN on weights packed at load (`subserver::model::linear`)",
+            Gemm::Widened =>
+                "`kernels::gemm` on weights packed at load: bf16 widened to f32 in registers, \
+                 f32 FMAs (`subserver::model::linear`)",
             Gemm::Plain => "the same plain `linear`",
         }
     ));

@@ -1,7 +1,8 @@
 //! The weight GEMMs side by side in a whole step: our bare decode loop with
-//! the projections on weights packed for oneDNN at load (the default for
-//! bf16 on the CPU) against libtorch's plain `linear` (the path before, and
-//! the one transformers takes), chosen through `TOKENROUTER_CPU_GEMM`.
+//! the projections through libtorch's plain `linear` (the path before, and
+//! the one transformers takes), oneDNN on weights packed at load, and
+//! `kernels::gemm` (bf16 widened to f32 in registers, f32 FMAs), chosen
+//! through `TOKENROUTER_CPU_GEMM`.
 
 use std::path::Path;
 
@@ -11,6 +12,13 @@ use subserver::bench::profile::decode_run;
 use subserver::config::DType;
 use subserver::model::linear::{Gemm, CPU_GEMM_ENV};
 use tch::{Device, Kind};
+
+/// The paths compared, as `TOKENROUTER_CPU_GEMM` names them.
+const PATHS: [(&str, Gemm); 3] = [
+    ("plain", Gemm::Plain),
+    ("packed", Gemm::Packed),
+    ("widened", Gemm::Widened),
+];
 
 /// Decode steps (ms) of one bare run with the CPU GEMM path `value`.
 fn step_ms(
@@ -37,28 +45,42 @@ pub fn section(
     prompt: usize,
     steps: usize,
 ) -> Result<()> {
-    if Gemm::for_weights(Kind::from(dtype), Device::Cpu)? != Gemm::Packed {
+    let default = Gemm::for_weights(Kind::from(dtype), Device::Cpu)?;
+    if default == Gemm::Plain {
         return Ok(());
     }
     let mut rows = Vec::new();
     for &batch in batches {
-        let plain = step_ms(model, dtype, batch, prompt, steps, "plain")?;
-        let packed = step_ms(model, dtype, batch, prompt, steps, "packed")?;
-        rows.push(vec![
-            batch.to_string(),
-            format!("{plain:.1}"),
-            format!("{packed:.1}"),
-            format!("{:.2}x", plain / packed),
-        ]);
+        let mut row = vec![batch.to_string()];
+        let mut ms = Vec::new();
+        for (value, gemm) in PATHS {
+            let t = step_ms(model, dtype, batch, prompt, steps, value)?;
+            ms.push((gemm, t));
+            row.push(format!("{t:.1}"));
+        }
+        let of = |g: Gemm| ms.iter().find(|m| m.0 == g).map_or(f64::NAN, |m| m.1);
+        row.push(format!("{:.2}x", of(Gemm::Plain) / of(default)));
+        rows.push(row);
     }
-    page.section("GEMMs: packed oneDNN weights against plain `linear`");
+    page.section("GEMMs: plain `linear`, oneDNN packed, widened f32 FMAs");
     page.para(&format!(
         "One bare decode step (ms, {prompt}-token prompts, {steps} steps) with the weight \
          matmuls through libtorch's plain `linear` (`{CPU_GEMM_ENV}=plain`: the path before, \
-         and transformers' call) and through oneDNN on weights packed once at load \
-         (`{CPU_GEMM_ENV}=packed`, the default for bf16 on the CPU); same weights, prompts and \
-         threads, one run each."
+         and transformers' call), oneDNN on weights packed once at load (`packed`) and \
+         `kernels::gemm` on weights packed once at load, bf16 widened to f32 in registers and \
+         f32 FMAs (`widened`); same weights, prompts and threads, one run each. The default on \
+         this machine is `{}` (widened on AVX-512 without AMX, packed elsewhere).",
+        PATHS.iter().find(|p| p.1 == default).map_or("?", |p| p.0)
     ));
-    page.table(&["batch", "plain ms", "packed ms", "plain / packed"], &rows);
+    page.table(
+        &[
+            "batch",
+            "plain ms",
+            "packed ms",
+            "widened ms",
+            "plain / default",
+        ],
+        &rows,
+    );
     Ok(())
 }

@@ -8,6 +8,9 @@
 //! one-pass algorithm of the signals kernel also has a CPU twin,
 //! [`routing_signals_one_pass`], tested here without a GPU.
 //!
+//! [`gemm`] is the CPU's weight matmul for bf16 weights on AVX-512
+//! without AMX: weights widened in registers, f32 FMAs.
+//!
 //! [`layer_ops`] are a decoder layer's elementwise passes on the host
 //! (residual add and norm, SwiGLU, the QKV epilogue with RoPE and the K/V
 //! writes), one pass each where libtorch takes a chain of ops.
@@ -31,6 +34,7 @@ pub mod cuda;
 mod distribution;
 pub mod elem;
 mod fast_exp;
+pub mod gemm;
 pub mod layer_ops;
 pub mod paged_attention;
 pub mod parallel;

@@ -69,6 +69,9 @@ pub enum EngineError {
     /// A kernel of ours (crate `kernels`) refused its input.
     #[error(transparent)]
     Kernel(#[from] kernels::paged_attention::PlanError),
+    /// The GEMM of ours (`kernels::gemm`) refused its input.
+    #[error(transparent)]
+    Gemm(#[from] kernels::gemm::GemmError),
     /// A layer op of ours (`kernels::layer_ops`) refused its input.
     #[error(transparent)]
     LayerOp(#[from] kernels::layer_ops::LayerOpError),
@@ -99,7 +102,7 @@ impl EngineError {
             Self::Tokenizer(_) => "tokenizer",
             Self::Asset(_) => "asset",
             Self::Torch(_) | Self::OneDnn { .. } => "torch",
-            Self::Kernel(_) | Self::LayerOp(_) | Self::HostTensor(_) => "kernel",
+            Self::Kernel(_) | Self::Gemm(_) | Self::LayerOp(_) | Self::HostTensor(_) => "kernel",
         }
     }
 }

@@ -1,27 +1,40 @@
 //! The decoder's weight matmuls, `x · Wᵀ (+ b)`.
 //!
-//! On the CPU, bf16 weights are packed once at load into oneDNN's blocked
-//! layout and multiplied by oneDNN's packed linear (`model::onednn`), the
-//! path PyTorch's own CPU compilers take for inference weights. Why:
-//! `make bench-engine` times one decode step of SmolLM2-135M both ways
-//! (`docs/results/engine.md`, "GEMMs: packed oneDNN weights against plain
-//! `linear`": 1.3-1.4x faster at batch 1 to 16 on the 2-core build
-//! machine), with identical results at decode sizes. f32 keeps plain
-//! `linear`: in a torch timing of the step's GEMMs at batch 1 (2 threads),
-//! MKL's GEMV took 21.5 ms against 29.1 ms packed. So does CUDA.
+//! On the CPU, bf16 weights are packed once at load and multiplied by one
+//! of two kernels, chosen per CPU:
+//! - with AMX (`amx_bf16`): oneDNN's packed linear (`model::onednn`), the
+//!   path PyTorch's own CPU compilers take for inference weights, which
+//!   runs on AMX tiles there. `make bench-engine` timed one decode step of
+//!   SmolLM2-135M 1.3-1.4x faster than plain `linear` at batch 1 to 16
+//!   on an AMX build machine.
+//! - with AVX-512 but no AMX: `kernels::gemm`, weights widened to f32 in
+//!   registers and f32 FMAs, because there oneDNN multiplies with
+//!   `vdpbf16ps` at half the FMA rate (see that module); the page's "GEMMs"
+//!   section times all three paths on the machine it ran on.
+//!
+//! f32 keeps plain `linear`: in a torch timing of the step's GEMMs at
+//! batch 1 (2 threads), MKL's GEMV took 21.5 ms against 29.1 ms packed.
+//! So does CUDA.
 
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 use tch::{Device, Kind, Tensor};
 use tracing::warn;
 
+use engine_config::cpu_bf16_flags;
+use kernels::gemm::{self, PackedWeight};
+
 use crate::error::EngineError;
+use crate::host_tensor::{host_slice, host_slice_mut};
 use crate::model::onednn;
 use crate::op_count::op;
+use crate::openmp::OpenMp;
 
 /// The environment variable that chooses the CPU GEMM path at load
-/// (`packed`, the default where it applies, or `plain`), for side-by-side
-/// measurements and as a way back should a libtorch build lack the operators.
+/// (`packed`, `widened` or `plain`; unset: chosen per CPU), for
+/// side-by-side measurements and as a way back should a libtorch build
+/// lack the operators.
 pub const CPU_GEMM_ENV: &str = "TOKENROUTER_CPU_GEMM";
 
 /// How a model's weight matmuls run.
@@ -31,34 +44,49 @@ pub enum Gemm {
     Plain,
     /// oneDNN's linear on a weight packed at load (CPU, bf16).
     Packed,
+    /// `kernels::gemm` on a weight packed at load: bf16 widened to f32 in
+    /// registers, f32 FMAs (CPU, bf16, AVX-512F).
+    Widened,
 }
 
 impl Gemm {
-    /// The path for weights of `kind` on `device`: packed for bf16 on the
-    /// CPU unless [`CPU_GEMM_ENV`] says `plain`, or this libtorch cannot run
-    /// oneDNN's bf16 linear here (a CPU without AVX-512 BW/VL/DQ or
-    /// AVX-NE-CONVERT; checked once, logged).
+    /// The path for weights of `kind` on `device`. Only bf16 on the CPU
+    /// is packed: as [`CPU_GEMM_ENV`] says, or else [`Gemm::Widened`] on a
+    /// CPU with AVX-512F and no AMX and [`Gemm::Packed`] elsewhere. Packed
+    /// falls back to plain where this libtorch cannot run oneDNN's bf16
+    /// linear (a CPU without AVX-512 BW/VL/DQ or AVX-NE-CONVERT; checked
+    /// once, logged); widened, where the CPU lacks AVX-512F.
     pub fn for_weights(kind: Kind, device: Device) -> Result<Self, EngineError> {
-        let packable = device == Device::Cpu && kind == Kind::BFloat16;
         let chosen = match std::env::var(CPU_GEMM_ENV) {
-            Err(_) => Self::Packed,
+            Err(_) => None,
             Ok(v) => Self::parse(&v)?,
         };
-        Ok(
-            if packable && chosen == Self::Packed && packed_bf16_runs() {
-                Self::Packed
+        if device != Device::Cpu || kind != Kind::BFloat16 {
+            return Ok(Self::Plain);
+        }
+        let chosen = chosen.unwrap_or_else(|| {
+            if gemm::vectorized() && !cpu_bf16_flags().contains(&"amx_bf16") {
+                Self::Widened
             } else {
-                Self::Plain
-            },
-        )
+                Self::Packed
+            }
+        });
+        Ok(match chosen {
+            Self::Packed if packed_bf16_runs() => Self::Packed,
+            Self::Widened if gemm::vectorized() => Self::Widened,
+            _ => Self::Plain,
+        })
     }
 
-    fn parse(value: &str) -> Result<Self, EngineError> {
+    /// A [`CPU_GEMM_ENV`] value: a path, or none (empty: chosen per CPU).
+    fn parse(value: &str) -> Result<Option<Self>, EngineError> {
         match value {
-            "" | "packed" => Ok(Self::Packed),
-            "plain" => Ok(Self::Plain),
+            "" => Ok(None),
+            "packed" => Ok(Some(Self::Packed)),
+            "widened" => Ok(Some(Self::Widened)),
+            "plain" => Ok(Some(Self::Plain)),
             other => Err(EngineError::InvalidDevice(format!(
-                "{CPU_GEMM_ENV}={other:?}: expected `packed` or `plain`"
+                "{CPU_GEMM_ENV}={other:?}: expected `packed`, `widened` or `plain`"
             ))),
         }
     }
@@ -85,28 +113,61 @@ fn packed_bf16_runs() -> bool {
     })
 }
 
-/// One projection: its weight (plain, or packed for oneDNN) and bias.
+/// A weight as its path holds it.
+enum Weight {
+    /// As loaded (plain) or packed by oneDNN: a tensor.
+    Tensor(Tensor),
+    /// Packed for `kernels::gemm`, with the bias in f32.
+    Widened(PackedWeight, Option<Vec<f32>>),
+}
+
+/// One projection: its weight (plain, or packed for its kernel) and bias.
 pub struct Linear {
-    weight: Tensor,
+    weight: Weight,
     bias: Option<Tensor>,
     gemm: Gemm,
+}
+
+thread_local! {
+    /// `kernels::gemm`'s scratch (the widened input), shared by every
+    /// projection a thread runs: one model's forward at a time per thread.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Linear {
     /// `weight` (`[out, in]`) and `bias` (`[out]`), packed when `gemm` says so.
     pub fn new(weight: Tensor, bias: Option<Tensor>, gemm: Gemm) -> Result<Self, EngineError> {
         let weight = match gemm {
-            Gemm::Plain => weight,
-            Gemm::Packed => onednn::pack(&weight)?,
+            Gemm::Plain => Weight::Tensor(weight),
+            Gemm::Packed => Weight::Tensor(onednn::pack(&weight)?),
+            Gemm::Widened => {
+                let (n, k) = match weight.size()[..] {
+                    [n, k] => (n as usize, k as usize),
+                    ref other => {
+                        return Err(EngineError::InvalidModel {
+                            path: Default::default(),
+                            reason: format!("a linear weight must be 2-D, got {other:?}"),
+                        })
+                    }
+                };
+                let w = weight.f_contiguous()?;
+                let packed = PackedWeight::pack(host_slice::<half::bf16>(&w)?, n, k)?;
+                let bias = match &bias {
+                    Some(b) => Some(Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?)?),
+                    None => None,
+                };
+                Weight::Widened(packed, bias)
+            }
         };
         Ok(Self { weight, bias, gemm })
     }
 
     /// `x · Wᵀ (+ b)` for `x` of `[..., in]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor, EngineError> {
-        match self.gemm {
-            Gemm::Plain => Ok(op(x.f_linear(&self.weight, self.bias.as_ref()))?),
-            Gemm::Packed => op(onednn::linear(x, &self.weight, self.bias.as_ref())),
+        match (&self.weight, self.gemm) {
+            (Weight::Tensor(w), Gemm::Packed) => op(onednn::linear(x, w, self.bias.as_ref())),
+            (Weight::Tensor(w), _) => Ok(op(x.f_linear(w, self.bias.as_ref()))?),
+            (Weight::Widened(w, bias), _) => widened(x, w, bias.as_deref()),
         }
     }
 
@@ -116,20 +177,55 @@ impl Linear {
     }
 }
 
+/// [`Linear::forward`] through `kernels::gemm`, on libtorch's OpenMP team.
+fn widened(x: &Tensor, w: &PackedWeight, bias: Option<&[f32]>) -> Result<Tensor, EngineError> {
+    let mut size = x.size();
+    let Some(last) = size.last_mut() else {
+        return Err(EngineError::InvalidRequest(
+            "a linear input must have a dimension".into(),
+        ));
+    };
+    *last = w.n() as i64;
+    let x = if x.is_contiguous() && x.kind() == Kind::BFloat16 {
+        x.shallow_clone()
+    } else {
+        op(op(x.f_to_kind(Kind::BFloat16))?.f_contiguous())?
+    };
+    let rows = x.numel() / w.k().max(1);
+    let mut out = op(Tensor::f_empty(
+        size.as_slice(),
+        (Kind::BFloat16, Device::Cpu),
+    ))?;
+    SCRATCH.with(|scratch| {
+        gemm::matmul(
+            host_slice::<half::bf16>(&x)?,
+            rows,
+            w,
+            bias,
+            host_slice_mut::<half::bf16>(&mut out)?,
+            &mut scratch.borrow_mut(),
+            &OpenMp,
+        )
+        .map_err(EngineError::from)
+    })?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use tch::{Device, Kind, Tensor};
 
     use super::{Gemm, Linear};
 
-    fn plain_and_packed(bias: bool) -> (Tensor, Tensor) {
+    /// `gemm`'s outputs and plain `linear`'s for the same weights and inputs.
+    fn plain_and(gemm: Gemm, bias: bool) -> (Tensor, Tensor) {
         tch::manual_seed(11);
         let w = (Tensor::randn([96, 64], (Kind::Float, Device::Cpu)) * 0.1).to_kind(Kind::BFloat16);
         let b =
             bias.then(|| Tensor::randn([96], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16));
         let plain = Linear::new(w.copy(), b.as_ref().map(Tensor::copy), Gemm::Plain).unwrap();
-        let packed = Linear::new(w, b, Gemm::Packed).unwrap();
-        assert_eq!(packed.gemm(), Gemm::Packed);
+        let packed = Linear::new(w, b, gemm).unwrap();
+        assert_eq!(packed.gemm(), gemm);
         // Rows 1..16 (decode batches) and a prefill-sized 40; the last
         // input is a transposed (non-contiguous) view.
         let mut got = Vec::new();
@@ -145,28 +241,39 @@ mod tests {
     }
 
     #[test]
-    fn packed_bf16_matches_plain_linear() {
-        for bias in [false, true] {
-            let (got, want) = plain_and_packed(bias);
-            assert_eq!(got.size(), want.size());
-            // Both accumulate in f32 and round once to bf16: at most one
-            // bf16 ulp apart (2^-8 relative).
-            let tol = want.abs() * (1.0 / 128.0) + 1e-3;
-            let over = (got - &want)
-                .abs()
-                .gt_tensor(&tol)
-                .sum(Kind::Int64)
-                .int64_value(&[]);
-            assert_eq!(over, 0, "bias {bias}: {over} outputs beyond one bf16 ulp");
+    fn packed_and_widened_bf16_match_plain_linear() {
+        let mut paths = vec![Gemm::Packed];
+        if kernels::gemm::vectorized() {
+            paths.push(Gemm::Widened);
+        }
+        for gemm in paths {
+            for bias in [false, true] {
+                let (got, want) = plain_and(gemm, bias);
+                assert_eq!(got.size(), want.size());
+                // All accumulate in f32 and round once to bf16: at most one
+                // bf16 ulp apart (2^-8 relative).
+                let tol = want.abs() * (1.0 / 128.0) + 1e-3;
+                let over = (got - &want)
+                    .abs()
+                    .gt_tensor(&tol)
+                    .sum(Kind::Int64)
+                    .int64_value(&[]);
+                assert_eq!(
+                    over, 0,
+                    "{gemm:?}, bias {bias}: {over} outputs beyond one bf16 ulp"
+                );
+            }
         }
     }
 
     #[test]
     fn three_dimensional_inputs_keep_their_leading_dims() {
-        let w = Tensor::randn([8, 4], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
-        let lin = Linear::new(w, None, Gemm::Packed).unwrap();
-        let x = Tensor::randn([2, 3, 4], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
-        assert_eq!(lin.forward(&x).unwrap().size(), vec![2, 3, 8]);
+        for gemm in [Gemm::Packed, Gemm::Widened] {
+            let w = Tensor::randn([8, 4], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+            let lin = Linear::new(w, None, gemm).unwrap();
+            let x = Tensor::randn([2, 3, 4], (Kind::Float, Device::Cpu)).to_kind(Kind::BFloat16);
+            assert_eq!(lin.forward(&x).unwrap().size(), vec![2, 3, 8]);
+        }
     }
 
     #[test]
@@ -175,8 +282,10 @@ mod tests {
             Gemm::for_weights(Kind::Float, Device::Cpu).unwrap(),
             Gemm::Plain
         );
-        assert_eq!(Gemm::parse("plain").unwrap(), Gemm::Plain);
-        assert_eq!(Gemm::parse("packed").unwrap(), Gemm::Packed);
+        assert_eq!(Gemm::parse("plain").unwrap(), Some(Gemm::Plain));
+        assert_eq!(Gemm::parse("packed").unwrap(), Some(Gemm::Packed));
+        assert_eq!(Gemm::parse("widened").unwrap(), Some(Gemm::Widened));
+        assert_eq!(Gemm::parse("").unwrap(), None);
         let err = Gemm::parse("fast").unwrap_err().to_string();
         assert!(
             err.contains("TOKENROUTER_CPU_GEMM") && err.contains("fast"),
