@@ -227,6 +227,16 @@ fn theirs(args: &Args, dtype: DType, batch: usize) -> Result<f64> {
 const VS_BARE_TARGET: f64 = 0.9;
 const VS_HF_TARGET: f64 = 2.0;
 
+/// The bare decode runs a side-by-side section makes, once per path and
+/// batch: model, dtype, batches, prompt tokens and decode steps.
+pub struct BareRuns<'a> {
+    model: &'a std::path::Path,
+    dtype: DType,
+    batches: &'a [usize],
+    prompt: usize,
+    steps: usize,
+}
+
 /// The mean of `v` (0 when empty).
 fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
@@ -416,22 +426,15 @@ fn main() -> Result<()> {
         .chain(args.profile_contexts.iter().map(|&c| (1, c)))
         .collect();
     kv_reads::section(&mut page, &args.model, dtype, &points, args.gen_tokens)?;
-    host_ops::section(
-        &mut page,
-        &args.model,
+    let bare = BareRuns {
+        model: &args.model,
         dtype,
-        &args.batches,
-        args.prompt_tokens,
-        args.gen_tokens,
-    )?;
-    gemm_path::section(
-        &mut page,
-        &args.model,
-        dtype,
-        &args.batches,
-        args.prompt_tokens,
-        args.gen_tokens,
-    )?;
+        batches: &args.batches,
+        prompt: args.prompt_tokens,
+        steps: args.gen_tokens,
+    };
+    host_ops::section(&mut page, &bare)?;
+    gemm_path::section(&mut page, &bare)?;
     let vocab = subserver::model::dir::ModelDir::open(&args.model)?
         .config
         .vocab_size;

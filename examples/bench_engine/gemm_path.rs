@@ -4,14 +4,13 @@
 //! `kernels::gemm` (bf16 widened to f32 in registers, f32 FMAs), chosen
 //! through `TOKENROUTER_CPU_GEMM`.
 
-use std::path::Path;
-
 use anyhow::Result;
 use loadgen::page::Page;
 use subserver::bench::profile::decode_run;
-use subserver::config::DType;
 use subserver::model::linear::{Gemm, CPU_GEMM_ENV};
 use tch::{Device, Kind};
+
+use super::BareRuns;
 
 /// The paths compared, as `TOKENROUTER_CPU_GEMM` names them.
 const PATHS: [(&str, Gemm); 3] = [
@@ -21,40 +20,27 @@ const PATHS: [(&str, Gemm); 3] = [
 ];
 
 /// Decode steps (ms) of one bare run with the CPU GEMM path `value`.
-fn step_ms(
-    model: &Path,
-    dtype: DType,
-    batch: usize,
-    prompt: usize,
-    steps: usize,
-    value: &str,
-) -> Result<f64> {
+fn step_ms(bare: &BareRuns<'_>, batch: usize, value: &str) -> Result<f64> {
     // The bench is single-threaded here; the runner reads the variable at load.
     std::env::set_var(CPU_GEMM_ENV, value);
-    let run = decode_run(model, dtype, batch, prompt, steps);
+    let run = decode_run(bare.model, bare.dtype, batch, bare.prompt, bare.steps);
     std::env::remove_var(CPU_GEMM_ENV);
     Ok(run?.step_ms)
 }
 
 /// The page's section (nothing where the run's dtype is not packed).
-pub fn section(
-    page: &mut Page,
-    model: &Path,
-    dtype: DType,
-    batches: &[usize],
-    prompt: usize,
-    steps: usize,
-) -> Result<()> {
-    let default = Gemm::for_weights(Kind::from(dtype), Device::Cpu)?;
+pub fn section(page: &mut Page, bare: &BareRuns<'_>) -> Result<()> {
+    let (prompt, steps) = (bare.prompt, bare.steps);
+    let default = Gemm::for_weights(Kind::from(bare.dtype), Device::Cpu)?;
     if default == Gemm::Plain {
         return Ok(());
     }
     let mut rows = Vec::new();
-    for &batch in batches {
+    for &batch in bare.batches {
         let mut row = vec![batch.to_string()];
         let mut ms = Vec::new();
         for (value, gemm) in PATHS {
-            let t = step_ms(model, dtype, batch, prompt, steps, value)?;
+            let t = step_ms(bare, batch, value)?;
             ms.push((gemm, t));
             row.push(format!("{t:.1}"));
         }

@@ -3,12 +3,11 @@
 //! SwiGLU, the QKV epilogue with RoPE and the K/V writes), on the same bare
 //! loop, with the libtorch calls each makes per step.
 
-use std::path::Path;
-
 use anyhow::Result;
 use loadgen::page::Page;
 use subserver::bench::profile::{decode_run_with, DecodePaths, DecodeRun};
-use subserver::config::DType;
+
+use super::BareRuns;
 
 /// libtorch calls per decode step of the bare forward before issue 22's
 /// changes (fused norms, joint RoPE, K/V gathered once per step), counted
@@ -16,35 +15,30 @@ use subserver::config::DType;
 /// instrumented; SmolLM2-135M, 30 layers), at every batch.
 const OPS_BEFORE: u64 = 1786;
 
-fn run(
-    model: &Path,
-    dtype: DType,
-    batch: usize,
-    prompt: usize,
-    steps: usize,
-    host: bool,
-) -> Result<DecodeRun> {
+fn run(bare: &BareRuns<'_>, batch: usize, host: bool) -> Result<DecodeRun> {
     let paths = DecodePaths {
         host_elementwise: host,
         ..DecodePaths::default()
     };
-    Ok(decode_run_with(model, dtype, batch, prompt, steps, paths)?)
+    let run = decode_run_with(
+        bare.model,
+        bare.dtype,
+        batch,
+        bare.prompt,
+        bare.steps,
+        paths,
+    );
+    Ok(run?)
 }
 
 /// The page's section: per batch, one bare decode step and its libtorch
 /// calls with the elementwise work as ATen ops and as host passes.
-pub fn section(
-    page: &mut Page,
-    model: &Path,
-    dtype: DType,
-    batches: &[usize],
-    prompt: usize,
-    steps: usize,
-) -> Result<()> {
+pub fn section(page: &mut Page, bare: &BareRuns<'_>) -> Result<()> {
+    let (prompt, steps) = (bare.prompt, bare.steps);
     let mut rows = Vec::new();
-    for &batch in batches {
-        let ops = run(model, dtype, batch, prompt, steps, false)?;
-        let host = run(model, dtype, batch, prompt, steps, true)?;
+    for &batch in bare.batches {
+        let ops = run(bare, batch, false)?;
+        let host = run(bare, batch, true)?;
         let per_token = |n: u64| format!("{n} ({:.1} / token)", n as f64 / batch as f64);
         rows.push(vec![
             batch.to_string(),

@@ -42,6 +42,8 @@ mod row_stats;
 pub mod sampling;
 mod selection;
 pub mod signals;
+#[cfg(test)]
+mod test_values;
 
 pub use distribution::{entropy, log_softmax, logsumexp, normalized_entropy, softmax};
 pub use row_stats::{row_stats, RowStats};

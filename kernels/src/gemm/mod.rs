@@ -37,16 +37,9 @@ pub const PANEL: usize = 16;
 pub const BLOCK_ROWS: usize = 16;
 
 /// Arguments that do not fit together.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("gemm: {0}")]
 pub struct GemmError(pub String);
-
-impl std::fmt::Display for GemmError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "gemm: {}", self.0)
-    }
-}
-
-impl std::error::Error for GemmError {}
 
 /// Whether this CPU runs the vector kernel (AVX-512F); elsewhere
 /// [`matmul`] runs a portable loop, correct but slow.

@@ -7,13 +7,7 @@ use super::*;
 use crate::parallel::{ScopedThreads, Serial};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(7);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
+    crate::test_values::values(n, seed, 1.0)
 }
 
 fn bf(v: &[f32]) -> Vec<bf16> {

@@ -28,13 +28,6 @@ pub use qkv::{qkv_epilogue, QkvShape, RopeTable};
 pub use swiglu::swiglu;
 
 /// Arguments of a layer op that do not fit together.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("layer op: {0}")]
 pub struct LayerOpError(pub String);
-
-impl std::fmt::Display for LayerOpError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "layer op: {}", self.0)
-    }
-}
-
-impl std::error::Error for LayerOpError {}

@@ -7,14 +7,7 @@ use super::*;
 use crate::parallel::{ScopedThreads, Serial};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
-    // A small LCG: deterministic, no dependency.
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1u32 << 24) as f32 * 4.0 - 2.0
-        })
-        .collect()
+    crate::test_values::values(n, seed, 2.0)
 }
 
 fn close(got: f32, want: f64, tol: f64) -> bool {

@@ -74,16 +74,9 @@ pub struct Plan {
 }
 
 /// Error for a step the kernel cannot run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("paged attention: {0}")]
 pub struct PlanError(pub String);
-
-impl std::fmt::Display for PlanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "paged attention: {}", self.0)
-    }
-}
-
-impl std::error::Error for PlanError {}
 
 impl Plan {
     /// Plans a step. `chunk` bounds the context positions of one task, so a

@@ -222,34 +222,14 @@ impl StepBuffers {
 mod tests {
     use tch::Kind;
 
-    use crate::runner::testing::tiny_runner_in;
-    use crate::runner::{ModelRunner, StepBatch, StepItem};
+    use crate::runner::testing::{greedy_alone, tiny_runner_in};
 
     /// Greedy decode of `prompt` for `steps` steps with the elementwise work
     /// on the host or as ATen ops: (tokens, logits of each step).
     fn decode(kind: Kind, host: bool, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
         let mut r = tiny_runner_in(kind, 512, 4).unwrap();
         r.decoder().set_host_elementwise(host);
-        r.kv().admit(1, prompt).unwrap();
-        let mut item = StepItem {
-            rid: 1,
-            start: 0,
-            tokens: prompt.to_vec(),
-        };
-        let (mut toks, mut rows) = (vec![], vec![]);
-        for _ in 0..steps {
-            let batch = StepBatch {
-                entropy_items: vec![],
-                items: vec![item.clone()],
-            };
-            let row = r.forward(&batch).unwrap().logits_rows().unwrap().remove(0);
-            let t = (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32;
-            item.start += item.tokens.len();
-            item.tokens = vec![t];
-            toks.push(t);
-            rows.push(row);
-        }
-        (toks, rows)
+        greedy_alone(&mut r, prompt, steps).unwrap()
     }
 
     #[test]

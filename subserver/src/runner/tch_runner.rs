@@ -299,12 +299,8 @@ mod tests {
     use crate::cuda::graphs::GraphCounts;
     use crate::cuda::{CudaExec, CudaOptions};
     use crate::model::paged_cpu::CpuAttention;
-    use crate::runner::testing::tiny_runner;
+    use crate::runner::testing::{argmax, greedy_alone, tiny_runner};
     use crate::runner::{ModelRunner, StepBatch, StepItem};
-
-    fn argmax(v: &[f32]) -> u32 {
-        (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
-    }
 
     /// A request being decoded by the test: its next item, tokens and logits so far.
     type Decoding = (StepItem, Vec<u32>, Vec<Vec<f32>>);
@@ -322,30 +318,7 @@ mod tests {
     ) -> (Vec<u32>, Vec<Vec<f32>>) {
         let mut r = tiny_runner(512, 4).unwrap();
         r.decoder().set_cpu_attention(mode);
-        r.kv().admit(1, prompt).unwrap();
-        let mut item = StepItem {
-            rid: 1,
-            start: 0,
-            tokens: prompt.to_vec(),
-        };
-        let (mut toks, mut rows) = (vec![], vec![]);
-        for _ in 0..steps {
-            let row = r
-                .forward(&StepBatch {
-                    entropy_items: vec![],
-                    items: vec![item.clone()],
-                })
-                .unwrap()
-                .logits_rows()
-                .unwrap()
-                .remove(0);
-            let t = argmax(&row);
-            item.start += item.tokens.len();
-            item.tokens = vec![t];
-            toks.push(t);
-            rows.push(row);
-        }
-        (toks, rows)
+        greedy_alone(&mut r, prompt, steps).unwrap()
     }
 
     fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {

@@ -106,3 +106,39 @@ pub fn tiny_runner_in(
     opts.block_size = block_size;
     TchRunner::with_decoder(decoder, &dir, &opts)
 }
+
+/// The index of the largest value (the first of ties).
+pub fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+/// Greedy decode of `prompt` alone on `r` (admitted as request 1) for
+/// `steps` steps: the tokens chosen and each step's logits.
+pub fn greedy_alone(
+    r: &mut TchRunner,
+    prompt: &[u32],
+    steps: usize,
+) -> Result<(Vec<u32>, Vec<Vec<f32>>), EngineError> {
+    use crate::runner::{ModelRunner, StepBatch, StepItem};
+    r.kv().admit(1, prompt)?;
+    let mut item = StepItem {
+        rid: 1,
+        start: 0,
+        tokens: prompt.to_vec(),
+    };
+    let (mut toks, mut rows) = (vec![], vec![]);
+    for _ in 0..steps {
+        let batch = StepBatch {
+            entropy_items: vec![],
+            items: vec![item.clone()],
+        };
+        let mut out = r.forward(&batch)?.logits_rows()?;
+        let row = out.remove(0);
+        let t = argmax(&row);
+        item.start += item.tokens.len();
+        item.tokens = vec![t];
+        toks.push(t);
+        rows.push(row);
+    }
+    Ok((toks, rows))
+}
