@@ -5,14 +5,15 @@
 //! Kept to few libtorch calls per token, since on a CPU each costs a
 //! dispatch whatever its size: q, k, v and gate, up are one matmul each
 //! (weights concatenated at load, whatever the loader; every matmul goes
-//! through `model::linear`, oneDNN on weights packed at load for bf16 on
-//! the CPU); norms are ATen's
-//! `rms_norm`; q and k get their RoPE in one pass (a roll and a sign-folded
-//! sine table: no `rotate_half` cat); residual adds and the SwiGLU gate
-//! run in place; and K/V are read through the block table: on the CPU for
-//! decode-sized steps by a paged kernel of ours, in place (`model::paged_cpu`),
-//! otherwise once per step for all layers (`KvStorage::gather_context`),
-//! not gathered per layer.
+//! through `model::linear`, weights packed at load for bf16 on the CPU).
+//! On the CPU the rest of a layer is host passes of ours
+//! (`model::elementwise`): the residual add with the next norm, SwiGLU,
+//! and for decode-sized steps the QKV epilogue (q/k norms, RoPE, K/V
+//! written to their slots); elsewhere ATen ops do the same (RoPE as a roll
+//! and a sign-folded sine table, no `rotate_half` cat). K/V are read
+//! through the block table: on the CPU for decode-sized steps by a paged
+//! kernel of ours, in place (`model::paged_cpu`), otherwise once per step
+//! for all layers (`KvStorage::gather_context`), not gathered per layer.
 //! A bf16 model's residual stream and logits are f32 (see `model::head`).
 
 use std::cell::Cell;
