@@ -129,8 +129,11 @@ fn blocks(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 /// `x` widened to f32 and transposed per row block: block `b` of `r` rows
 /// at `scratch[b * 16 * k..]`, laid out `[k][r]`.
 fn widen_blocks<X: KvElem>(x: &[X], rows: usize, k: usize, scratch: &mut Vec<f32>) {
-    scratch.clear();
-    scratch.resize(rows.div_ceil(BLOCK_ROWS) * BLOCK_ROWS * k, 0.0);
+    // Every value a block reads is written below: grow, never clear.
+    let need = rows.div_ceil(BLOCK_ROWS) * BLOCK_ROWS * k;
+    if scratch.len() < need {
+        scratch.resize(need, 0.0);
+    }
     for (b, block) in blocks(rows).enumerate() {
         let r = block.len();
         let dst = &mut scratch[b * BLOCK_ROWS * k..b * BLOCK_ROWS * k + r * k];

@@ -124,6 +124,7 @@ enum Weight {
 /// One projection: its weight (plain, or packed for its kernel) and bias.
 pub struct Linear {
     weight: Weight,
+    /// The bias of the tensor paths (the widened one holds its own).
     bias: Option<Tensor>,
     gemm: Gemm,
 }
@@ -152,11 +153,17 @@ impl Linear {
                 };
                 let w = weight.f_contiguous()?;
                 let packed = PackedWeight::pack(host_slice::<half::bf16>(&w)?, n, k)?;
-                let bias = match &bias {
+                // The kernel takes the bias in f32; the tensor is not kept.
+                let bias = match bias {
                     Some(b) => Some(Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?)?),
                     None => None,
                 };
-                Weight::Widened(packed, bias)
+                let weight = Weight::Widened(packed, bias);
+                return Ok(Self {
+                    weight,
+                    bias: None,
+                    gemm,
+                });
             }
         };
         Ok(Self { weight, bias, gemm })
