@@ -250,7 +250,6 @@ impl Decoder {
         let t = layout.num_tokens;
         let ops_before = ops_so_far();
         let inter = cfg.intermediate_size as i64;
-        let (cos, sin) = self.rope.tables(&layout.positions)?;
         let mut reads = match self.paged.plan(layout, kv)? {
             Some(plan) => KvReads::InPlace(plan),
             None => KvReads::Gathered(kv.gather_context(&layout.gather)?),
@@ -272,6 +271,7 @@ impl Decoder {
             kv_heads: nkv as usize,
             head_dim: hd as usize,
         };
+        let mut rope_rows = self.rope.step_rows(&layout.positions);
         // Each layer's closing residual add runs with the next one's norm.
         let mut pending: Option<Tensor> = None;
         for (li, layer) in self.layers.iter().enumerate() {
@@ -290,7 +290,8 @@ impl Decoder {
                     self.paged.attend(plan, kv, li, &q)?
                 }
                 (reads, _) => {
-                    let (q, k, v) = self.qkv_ops(layer, &qkv, t, &cos, &sin)?;
+                    let (cos, sin) = rope_rows.get()?;
+                    let (q, k, v) = self.qkv_ops(layer, &qkv, t, cos, sin)?;
                     match reads {
                         KvReads::InPlace(plan) => {
                             kv.write_layer(li, &layout.slots, &k, &v)?;

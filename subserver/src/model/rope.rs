@@ -111,6 +111,16 @@ impl Rope {
         Ok((cos, sin))
     }
 
+    /// A step's rows of the table for `positions`, looked up on first use:
+    /// the ATen path needs them in every layer, the host path never.
+    pub fn step_rows<'a>(&'a self, positions: &'a Tensor) -> StepRows<'a> {
+        StepRows {
+            rope: self,
+            positions,
+            rows: None,
+        }
+    }
+
     /// Applies the rotation to `x` of shape `[T, heads, head_dim]`, with
     /// `cos`, `sin` from [`Rope::tables`].
     pub fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<Tensor, EngineError> {
@@ -122,9 +132,45 @@ impl Rope {
     }
 }
 
+/// One step's cos and signed-sin rows ([`Rope::tables`]), looked up the
+/// first time a layer asks, then shared by the step's later layers.
+pub struct StepRows<'a> {
+    rope: &'a Rope,
+    positions: &'a Tensor,
+    rows: Option<(Tensor, Tensor)>,
+}
+
+impl StepRows<'_> {
+    /// The rows, `(cos, signed_sin)`, each `[T, 1, head_dim]`.
+    pub fn get(&mut self) -> Result<(&Tensor, &Tensor), EngineError> {
+        let rows = match self.rows.take() {
+            Some(rows) => rows,
+            None => self.rope.tables(self.positions)?,
+        };
+        let (cos, sin) = self.rows.insert(rows);
+        Ok((cos, sin))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_rows_are_the_tables_looked_up_once() {
+        let cfg = crate::runner::testing::tiny_config();
+        let rope = Rope::new(&cfg, Kind::Float, Device::Cpu).unwrap();
+        let pos = Tensor::from_slice(&[3i64, 0, 17]);
+        let (cos, sin) = rope.tables(&pos).unwrap();
+        let mut rows = rope.step_rows(&pos);
+        let first = rows
+            .get()
+            .map(|(c, s)| (c.data_ptr(), s.data_ptr()))
+            .unwrap();
+        let (c, s) = rows.get().unwrap();
+        assert_eq!((c.data_ptr(), s.data_ptr()), first, "one lookup per step");
+        assert!(c.equal(&cos) && s.equal(&sin));
+    }
 
     #[test]
     fn roll_with_signed_sine_equals_rotate_half() {
