@@ -15,10 +15,11 @@ impl Gen {
     }
 }
 
-/// Two geometries: a head of whole 16-lane vectors (the AVX-512 path) and
+/// Three geometries: heads of whole 16-lane vectors (the AVX-512 path) and
 /// one with a tail (the portable path on every ISA); groups of 3 and 5
-/// query heads per kv head (one block, and a block of 4 plus one).
-const GEOMETRIES: [Geometry; 2] = [
+/// query heads per kv head (one block, and a block of 4 plus one), the
+/// latter on both paths.
+const GEOMETRIES: [Geometry; 3] = [
     Geometry {
         heads: 6,
         kv_heads: 2,
@@ -28,11 +29,17 @@ const GEOMETRIES: [Geometry; 2] = [
     Geometry {
         heads: 10,
         kv_heads: 2,
+        head_dim: 32,
+        scale: 0.177,
+    },
+    Geometry {
+        heads: 10,
+        kv_heads: 2,
         head_dim: 40,
         scale: 0.158,
     },
 ];
-const G: Geometry = GEOMETRIES[1];
+const G: Geometry = GEOMETRIES[2];
 const POOL: usize = 128;
 
 /// (context, new rows) per item; slots are a shuffled range of the pool.
