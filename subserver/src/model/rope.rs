@@ -156,12 +156,18 @@ impl StepRows<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn step_rows_are_the_tables_looked_up_once() {
+    /// The tiny test model's f32 rope, `positions` and their table rows.
+    fn tiny_rope_at(positions: &[i64]) -> (Rope, Tensor, Tensor, Tensor) {
         let cfg = crate::runner::testing::tiny_config();
         let rope = Rope::new(&cfg, Kind::Float, Device::Cpu).unwrap();
-        let pos = Tensor::from_slice(&[3i64, 0, 17]);
+        let pos = Tensor::from_slice(positions);
         let (cos, sin) = rope.tables(&pos).unwrap();
+        (rope, pos, cos, sin)
+    }
+
+    #[test]
+    fn step_rows_are_the_tables_looked_up_once() {
+        let (rope, pos, cos, sin) = tiny_rope_at(&[3, 0, 17]);
         let mut rows = rope.step_rows(&pos);
         let first = rows
             .get()
@@ -174,10 +180,7 @@ mod tests {
 
     #[test]
     fn roll_with_signed_sine_equals_rotate_half() {
-        let cfg = crate::runner::testing::tiny_config();
-        let rope = Rope::new(&cfg, Kind::Float, Device::Cpu).unwrap();
-        let pos = Tensor::from_slice(&[0i64, 5, 63]);
-        let (cos, sin) = rope.tables(&pos).unwrap();
+        let (_, _, cos, sin) = tiny_rope_at(&[0, 5, 63]);
         let x = Tensor::randn([3, 4, 8], (Kind::Float, Device::Cpu));
         let got = Rope::apply(&x, &cos, &sin).unwrap();
         // transformers: x * cos + rotate_half(x) * sin, with the plain sine.
