@@ -138,9 +138,9 @@ thread_local! {
 impl Linear {
     /// `weight` (`[out, in]`) and `bias` (`[out]`), packed when `gemm` says so.
     pub fn new(weight: Tensor, bias: Option<Tensor>, gemm: Gemm) -> Result<Self, EngineError> {
-        let weight = match gemm {
-            Gemm::Plain => Weight::Tensor(weight),
-            Gemm::Packed => Weight::Tensor(onednn::pack(&weight)?),
+        let (weight, bias) = match gemm {
+            Gemm::Plain => (Weight::Tensor(weight), bias),
+            Gemm::Packed => (Weight::Tensor(onednn::pack(&weight)?), bias),
             Gemm::Widened => {
                 let (n, k) = match weight.size()[..] {
                     [n, k] => (n as usize, k as usize),
@@ -158,12 +158,7 @@ impl Linear {
                     Some(b) => Some(Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?)?),
                     None => None,
                 };
-                let weight = Weight::Widened(packed, bias);
-                return Ok(Self {
-                    weight,
-                    bias: None,
-                    gemm,
-                });
+                (Weight::Widened(packed, bias), None)
             }
         };
         Ok(Self { weight, bias, gemm })

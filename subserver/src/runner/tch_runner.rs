@@ -299,7 +299,7 @@ mod tests {
     use crate::cuda::graphs::GraphCounts;
     use crate::cuda::{CudaExec, CudaOptions};
     use crate::model::paged_cpu::CpuAttention;
-    use crate::runner::testing::{argmax, greedy_alone, tiny_runner};
+    use crate::runner::testing::{greedy_alone, tiny_runner};
     use crate::runner::{ModelRunner, StepBatch, StepItem};
 
     /// A request being decoded by the test: its next item, tokens and logits so far.
@@ -399,7 +399,7 @@ mod tests {
                     item.tokens = std::mem::take(&mut pending_chunks[i]);
                     continue;
                 }
-                let t = argmax(&row);
+                let t = kernels::argmax(&row).unwrap();
                 item.tokens = vec![t];
                 toks.push(t);
                 logits.push(row);
@@ -471,7 +471,7 @@ mod tests {
                 .collect();
             let out = r.forward(&StepBatch::new(active.clone())).unwrap();
             for (it, row) in active.iter().zip(out.logits_rows().unwrap()) {
-                let t = argmax(&row);
+                let t = kernels::argmax(&row).unwrap();
                 let item = &mut items[it.rid as usize];
                 item.start += item.tokens.len();
                 item.tokens = vec![t];

@@ -107,11 +107,6 @@ pub fn tiny_runner_in(
     TchRunner::with_decoder(decoder, &dir, &opts)
 }
 
-/// The index of the largest value (the first of ties).
-pub fn argmax(v: &[f32]) -> u32 {
-    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
-}
-
 /// Greedy decode of `prompt` alone on `r` (admitted as request 1) for
 /// `steps` steps: the tokens chosen and each step's logits.
 pub fn greedy_alone(
@@ -134,7 +129,10 @@ pub fn greedy_alone(
         };
         let mut out = r.forward(&batch)?.logits_rows()?;
         let row = out.remove(0);
-        let t = argmax(&row);
+        let t = kernels::argmax(&row).ok_or_else(|| EngineError::InvalidModel {
+            path: Default::default(),
+            reason: "a step's logits row is empty or all NaN".into(),
+        })?;
         item.start += item.tokens.len();
         item.tokens = vec![t];
         toks.push(t);
