@@ -166,6 +166,7 @@ lint:
 	cargo clippy --release -p gateway --no-default-features --all-targets -- -D warnings
 	tools/check_torch_free.sh
 	for c in $(MODGRAPH_CRATES); do python3 tools/modgraph.py $$c/src || exit 1; done
+	python3 tools/check_links.py
 
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing).
