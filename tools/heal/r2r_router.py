@@ -127,7 +127,7 @@ def features(model, items, topk, critical_prob=0.0, critical_margin=0.0, batch=1
     The two `critical_*` bars are cheap stand-ins for R2R's "critical
     divergence" (a difference that changes the answer), from the teacher's
     kept top-k alone (a token outside it has probability 0). On the CPU
-    pair both lost to the plain label (README), so both are off by default."""
+    pair both lost to the plain label (docs/models.md), so both are off by default."""
     hs, tops, toks, labels = [], [], [], []
     for s in range(0, len(items), batch):
         chunk = items[s:s + batch]

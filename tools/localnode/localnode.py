@@ -6,7 +6,7 @@
   localnode.py port-forward [-n NS] svc/NAME|pod/NAME LOCAL:PORT --kubeconfig K
   localnode.py cp [-n NS] [--link] SRC POD:PATH --state DIR --kubeconfig K
 
-See the README's "Local node (test infrastructure)" section for what it imitates and what not.
+See README.md beside this file for what it imitates and what not.
 """
 import argparse
 import logging
