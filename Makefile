@@ -42,7 +42,7 @@ EVAL_SETS    := $(wildcard $(ROOT)/data/eval/*.jsonl)
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
 .PHONY: build prefetch run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
-        nvcc cuda-compile gpu-check-dry gpu-bundle
+        nvcc cuda-compile gpu-check-dry gpu-bundle gpu-page
 
 # --- Python environments -----------------------------------------------------
 
@@ -297,8 +297,8 @@ fuzz: $(CACHE)/.torch-min.stamp
 # --- Kubernetes: test kit, CRD, chart, images --------------------------------
 
 # The k8s test kit (etcd + a real apiextensions-apiserver, kubectl, helm,
-# kubernetes-validate) sits beside the checkout; override K8S_KIT to move it.
-K8S_KIT   ?= $(ROOT)/../shared/k8s-test-kit
+# kubernetes-validate): tools/k8s-kit, built into $(K8S_BIN)/.. by `make k8s-kit`.
+K8S_KIT   ?= $(ROOT)/tools/k8s-kit
 K8S_STATE ?= $(TARGET_DIR)/k8s-test-state
 K8S_BIN   := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/bin
 HADOLINT_VERSION := 2.15.1
@@ -406,7 +406,17 @@ gpu-check-dry: assets venv-ref
 	ln -s $(ASSETS)/qwen3-tokenizer $(DRY_BUNDLE)/qwen3-tokenizer
 	scripts/bundle-size.sh $(DRY_BUNDLE)
 	$(PY) scripts/gpu_targets.py --self-test
+	$(PY) scripts/gpu_page.py --self-test
 	scripts/gpu-check.sh --dry-run --bundle $(DRY_BUNDLE) --python $(PY) --out $(TARGET_DIR)/gpu-check-dry
+
+# docs/results/gpu.md from a gpu-check output folder (GPU_OUT, default the
+# dry run's) and the device it ran on (GPU_DEVICE, as the device tool names it).
+GPU_OUT    ?= $(TARGET_DIR)/gpu-check-dry
+GPU_DEVICE ?= CPU of this machine (dry run; no GPU lent)
+gpu-page:
+	$(PY) scripts/gpu_page.py $(GPU_OUT) $(ROOT)/docs/results/gpu.md --device "$(GPU_DEVICE)" \
+	  $(if $(filter $(TARGET_DIR)/gpu-check-dry,$(GPU_OUT)),--command "make gpu-check-dry" --command "make gpu-page",\
+	  --command "make gpu-bundle" --command "scripts/gpu-check.sh --out OUT" --command "make gpu-page GPU_OUT=... GPU_DEVICE=...")
 
 # What a GPU session carries (gpu-bundle/, git-ignored): stripped binaries
 # built with `cuda`, the Qwen3 tokenizer and, with GPU_WHEELS=1, transformers'
