@@ -320,7 +320,7 @@ $(HADOLINT): $(CACHE)/.torch-min.stamp
 	touch $@
 
 hadolint: $(HADOLINT)
-	$(HADOLINT) deploy/Dockerfile deploy/Dockerfile.operator
+	$(HADOLINT) deploy/Dockerfile deploy/Dockerfile.cpu deploy/Dockerfile.operator
 
 helm-check: k8s-kit
 	PATH=$(K8S_BIN):$$PATH helm lint --strict charts/tokenrouter
@@ -338,6 +338,29 @@ test-k8s: k8s-kit hadolint helm-check
 with_k8s = bash -c 'set -euo pipefail; st=$(K8S_STATE); \
 	  bash $(K8S_KIT)/up.sh "$$st" >/dev/null; trap "bash $(K8S_KIT)/down.sh $$st" EXIT; \
 	  . "$$st/env"; TOKENROUTER_REQUIRE_K8S=1 $(1)'
+
+# --- Container images (deploy/, tools/images): podman, from this host's binaries ---
+# `make images`: the CPU engine, the operator and the CUDA engine (its binary
+# built with `--features cuda` in target/cuda, so target/release keeps the CPU
+# one), their sizes into docs/results/images.md. `make images-test`: the two
+# that tests run (ghcr.io/tokenrouter/tokenrouter-cpu and -operator:0.1.0 in
+# root's podman storage), rebuilt only when their content changes.
+# `make images-quickstart`: the README's `podman run` quick start, checked.
+IMAGE_ENV       = BIN=$(BIN) LIBTORCH=$(LIBTORCH) PY=$(PY) CACHE=$(CACHE)
+CUDA_TARGET_DIR := $(ROOT)/target/cuda
+
+.PHONY: images images-test images-quickstart
+
+images: node-binaries nvcc venv
+	NVCC=$(NVCC) CARGO_TARGET_DIR=$(CUDA_TARGET_DIR) TOKENROUTER_LINK_CUDA=1 \
+	  cargo build --release --features cuda --bin tokenrouter
+	$(IMAGE_ENV) CUDA_BIN=$(CUDA_TARGET_DIR)/release/tokenrouter COMMAND='make images' tools/images/build.sh all
+
+images-test: node-binaries
+	$(IMAGE_ENV) tools/images/build.sh test
+
+images-quickstart: images-test run-assets
+	tools/images/quickstart_test.sh
 
 # --- The local node (tools/localnode): pods of the test kit as real processes ---
 # Python in the kit's venv (PyYAML); netns, veths and cgroups need root. Pods get
