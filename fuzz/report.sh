@@ -13,6 +13,10 @@ stat() { # stat LOG NAME -> the value of `stat::NAME:` (last one), or "?"
   echo "${v:-?}"
 }
 
+# The target (tools/bench/targets.yaml, the one home of every page's targets).
+here=$(cd "$(dirname "$0")" && pwd)
+crashes_max=$(python3 "$here/../tools/bench/targets.py" fuzz.crashes_max)
+
 cores=$(nproc)
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
 mem=$(awk '/^MemTotal/ {printf "%.0f GiB RAM", $2 / 1048576}' /proc/meminfo)
@@ -42,12 +46,22 @@ load_end=$(cut -d' ' -f1 /proc/loadavg)
   echo
   echo "| target | result | executions | execs/s | corpus units at the end | peak RSS (MB) |"
   echo "|---|---|---|---|---|---|"
+  failed=()
   for t in "$@"; do
     log=$logs/$t.log
     rc=$(cat "$logs/$t.rc" 2>/dev/null || echo "?")
-    if [ "$rc" = 0 ]; then result="0 crashes"; else result="**FAILED (exit $rc)**"; fi
+    # libFuzzer stops at its first crash: a non-zero exit is one crash.
+    if [ "$rc" = 0 ]; then crashes=0; result="0 crashes"; else crashes=1; result="**FAILED (exit $rc)**"; fi
+    if [ "$crashes" -gt "$crashes_max" ]; then failed+=("\`$t\`"); fi
     units=$(grep -aoE '(INITED|DONE|pulse|NEW|REDUCE) +cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -1 | awk '{print $NF}')
     echo "| \`$t\` | $result | $(stat "$log" number_of_executed_units) | $(stat "$log" average_exec_per_sec) | ${units:-?} | $(stat "$log" peak_rss_mb) |"
   done
+  echo
+  # The verdict, computed against the stated target.
+  if [ ${#failed[@]} -eq 0 ]; then
+    echo "Target: at most $crashes_max crashes per target (\`tools/bench/targets.yaml\`). **Verdict: met** ($# targets)."
+  else
+    echo "Target: at most $crashes_max crashes per target (\`tools/bench/targets.yaml\`). **Verdict: not met**: ${failed[*]}."
+  fi
 } > "$out"
 echo "wrote $out"

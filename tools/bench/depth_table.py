@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+import targets
+
 
 def load(path):
     with open(path) as f:
@@ -38,20 +40,31 @@ def agreement(heal):
         return "n/a"
 
 
-def summary(rows):
-    """Which rows meet issue 23's accuracy target (>= 0.8 of large-only at
-    <= 0.4 share) and issue 22's speed target at N=1 (>= 1.2x), computed."""
-    def meets(r):
-        return (r["acc"] >= 0.8 and r["share"] <= 0.4), r["n1"] >= 1.2
+def meets(r, t):
+    """(accuracy target met, speed target at N=1 met) for one row, against
+    the targets `t` (tools/bench/targets.yaml)."""
+    acc, speed = t["accuracy"], t["speed"]
+    return ((r["acc"] >= acc["vs_large_only_min"] and r["share"] <= acc["large_share_max"]),
+            r["n1"] >= speed["vs_large_only_min"])
+
+
+def summary(rows, t=None):
+    """Which rows meet issue 23's accuracy target and issue 22's speed
+    target at N=1 (both from tools/bench/targets.yaml), computed."""
+    t = targets.load() if t is None else t
+    acc_min = t["accuracy"]["vs_large_only_min"]
+    share_max = t["accuracy"]["large_share_max"]
+    speed_min = t["speed"]["vs_large_only_min"]
     parts = []
     for r in rows:
-        acc_ok, speed_ok = meets(r)
+        acc_ok, speed_ok = meets(r, t)
         parts.append(f"{r['depth']} layers at τ={r['tau']}: accuracy target "
                      f"{'met' if acc_ok else 'not met'} ({r['acc']:.2f} at share {r['share']:.3f}), "
                      f"speed at N=1 {'met' if speed_ok else 'not met'} ({r['n1']:.2f}×)")
-    both = [r for r in rows if all(meets(r))]
+    both = [r for r in rows if all(meets(r, t))]
     verdict = ("at least one pair meets both" if both else "no pair in the table meets both")
-    return ("Accuracy (≥ 0.8 of large-only at ≤ 0.4 share) and speed (≥ 1.2× large-only at N=1), "
+    return (f"Accuracy (≥ {acc_min} of large-only at ≤ {share_max} share) and speed "
+            f"(≥ {speed_min}× large-only at N=1), "
             f"row by row: {'; '.join(parts)}. **Verdict: {verdict}.**")
 
 
