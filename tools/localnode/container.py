@@ -1,111 +1,22 @@
-"""One container's life on the node: cgroups (memory limit, CPU quota), start through launch.py
-in the pod's network namespace, probes, restarts with CrashLoopBackOff back-off, and termination
-(preStop, SIGTERM, SIGKILL after the grace period). OOM kills are told from the memory cgroup's
-oom_kill counter."""
+"""One container's life on the node: its image checked (never pulled), created and started through
+the runtime (runtime.py: podman with runc) in the pod's network namespace, probes, restarts with
+CrashLoopBackOff back-off, and termination (preStop, then `podman stop`: SIGTERM, SIGKILL after
+the grace period). OOM kills are told from the container's memory cgroup (runtime.OomWatch)."""
 import json
 import logging
 import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 
 import probes
+import runtime
 from objects import now
-from podenv import MissingRef, command_line, quantity, resolve_env
+from podenv import MissingRef, resolve_env
 from volumes import Pending
 
 log = logging.getLogger("container")
-CG_MEM = "/sys/fs/cgroup/memory"
-CG_CPU = "/sys/fs/cgroup/cpu"
-LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.py")
 BACKOFF_START, BACKOFF_MAX, BACKOFF_RESET = 10.0, 300.0, 600.0
-
-
-class Cgroups:
-    """The container's memory and cpu cgroups (v1) under TAG/POD_UID/NAME. Limits whose v1
-    controller is missing (a cgroup v2-only host) are listed in `unenforced`."""
-
-    def __init__(self, tag, uid, name, resources):
-        self.dirs = []
-        self.mem = None
-        limits = (resources or {}).get("limits") or {}
-        mem_v1 = os.path.exists(os.path.join(CG_MEM, "memory.limit_in_bytes"))
-        cpu_v1 = os.path.exists(os.path.join(CG_CPU, "cpu.cfs_quota_us"))
-        self.unenforced = [k for k, ok in (("memory", mem_v1), ("cpu", cpu_v1)) if k in limits and not ok]
-        for root, ok in ((CG_MEM, mem_v1), (CG_CPU, cpu_v1)):
-            if not ok:
-                continue
-            d = os.path.join(root, tag, uid, name)
-            os.makedirs(d, exist_ok=True)
-            self.dirs.append(d)
-        if mem_v1:
-            self.mem = os.path.join(CG_MEM, tag, uid, name)
-            if "memory" in limits:
-                b = str(int(quantity(limits["memory"])))
-                _write(self.mem, "memory.limit_in_bytes", b)
-                if os.path.exists(os.path.join(self.mem, "memory.memsw.limit_in_bytes")):
-                    _write(self.mem, "memory.memsw.limit_in_bytes", b)
-        if cpu_v1 and "cpu" in limits:
-            cpu = os.path.join(CG_CPU, tag, uid, name)
-            _write(cpu, "cpu.cfs_period_us", "100000")
-            _write(cpu, "cpu.cfs_quota_us", str(max(1000, int(quantity(limits["cpu"]) * 100000))))
-
-    def oom_kills(self):
-        if not self.mem:
-            return 0
-        try:
-            with open(os.path.join(self.mem, "memory.oom_control")) as f:
-                for line in f:
-                    if line.startswith("oom_kill "):
-                        return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
-
-    def pids(self):
-        out = []
-        for d in self.dirs:
-            try:
-                with open(os.path.join(d, "cgroup.procs")) as f:
-                    out += [int(x) for x in f.read().split()]
-            except OSError:
-                pass
-        return sorted(set(out))
-
-    def kill_all(self, sig):
-        for pid in self.pids():
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def remove(self):
-        for d in self.dirs:
-            for p in (d, os.path.dirname(d), os.path.dirname(os.path.dirname(d))):
-                try:
-                    os.rmdir(p)
-                except OSError:
-                    break
-
-
-_warned = set()
-
-
-def _warn_unenforced(kinds):
-    """Once per process and limit: the node supports cgroup v1 only, so say so loudly."""
-    for k in kinds:
-        if k not in _warned:
-            _warned.add(k)
-            log.warning("no cgroup v1 %s controller under /sys/fs/cgroup (a cgroup v2-only host?): "
-                        "resources.limits.%s is NOT enforced%s", k, k,
-                        " and an OOM kill shows as Error, not OOMKilled" if k == "memory" else "")
-
-
-def _write(d, f, v):
-    with open(os.path.join(d, f), "w") as fh:
-        fh.write(v)
 
 
 class Container(threading.Thread):
@@ -116,8 +27,10 @@ class Container(threading.Thread):
         self.pod, self.spec, self.init = pod, spec, init
         self.sidecar = init and spec.get("restartPolicy") == "Always"
         self.name = spec["name"]
-        self.proc = None
-        self.cg = None
+        self.proc = None  # `podman start --attach`: exits with the container
+        self.cid = None
+        self.image_id = ""
+        self.oom = None
         self.restarts = 0
         self.state = {"waiting": {"reason": "ContainerCreating"}}
         self.last_state = {}
@@ -129,14 +42,18 @@ class Container(threading.Thread):
         self.succeeded = False
         self.sigterm_at = None
 
+    @property
+    def runtime(self):
+        return self.pod.kubelet.runtime
+
     # ---- status
     def status(self):
         with self.lock:
-            s = {"name": self.name, "image": self.spec.get("image", ""), "imageID": "",
+            s = {"name": self.name, "image": self.spec.get("image", ""), "imageID": self.image_id,
                  "ready": self.ready, "restartCount": self.restarts, "state": self.state,
                  "lastState": self.last_state, "started": self.started}
-            if self.proc is not None:
-                s["containerID"] = f"localnode://{self.proc.pid}"
+            if self.cid is not None:
+                s["containerID"] = f"podman://{self.cid}"
             return s
 
     def _set(self, **kw):
@@ -145,65 +62,85 @@ class Container(threading.Thread):
                 setattr(self, k, v)
         self.pod.changed()
 
+    def exec(self, cmd, timeout):
+        """Runs `cmd` in the running container (exec probes, preStop); a CompletedProcess."""
+        if self.cid is None or self.proc is None or self.proc.poll() is not None:
+            raise OSError("container not running")
+        return self.runtime.exec(self.cid, cmd, timeout)
+
     # ---- one start
-    def _start(self):
+    def _pull(self):
+        """The image's config, or None after setting ErrImagePull / ImagePullBackOff: the node
+        never pulls (no registry is reachable), an image must be in local storage."""
+        image = self.spec.get("image", "")
+        cfg = self.runtime.image_config(image) if image else None
+        if cfg is not None:
+            return cfg
+        msg = f"image {image!r} is not present in the node's image storage (the node never pulls)"
+        self.pod.kubelet.journal(self.pod, self.name, "image-missing", image=image)
+        self._set(state={"waiting": {"reason": "ErrImagePull", "message": msg}})
+        return None
+
+    def _start(self, image_cfg):
         pod = self.pod
-        entry, image_cmd = pod.kubelet.image_map.resolve(self.spec.get("image", ""))
-        if entry is None:
-            raise MissingRef(f"image {self.spec.get('image')!r} is not in the node's image map")
         env = resolve_env(pod.obj, self.spec, pod.ns_objects[0], pod.ns_objects[1], pod.base_env())
-        argv = command_line(self.spec, entry, image_cmd, env)
-        mounts = pod.mounts_for(self.spec)
-        sc = dict((pod.obj["spec"].get("securityContext") or {}))
-        csc = self.spec.get("securityContext") or {}
-        uid = csc.get("runAsUser", sc.get("runAsUser"))
-        gid = csc.get("runAsGroup", sc.get("runAsGroup", uid))
-        groups = [g for g in [sc.get("fsGroup")] + list(sc.get("supplementalGroups") or []) if g is not None]
-        self.cg = Cgroups(pod.kubelet.tag, pod.uid, self.name, self.spec.get("resources"))
-        if self.cg.unenforced:
-            _warn_unenforced(self.cg.unenforced)
-            pod.kubelet.journal(pod, self.name, "limits-not-enforced", limits=self.cg.unenforced)
+        argv = runtime.command_line(self.spec, image_cfg, env)
+        user = runtime.run_as(pod.obj["spec"], self.spec, image_cfg)
+        psc = pod.obj["spec"].get("securityContext") or {}
+        groups = [g for g in [psc.get("fsGroup")] + list(psc.get("supplementalGroups") or []) if g is not None]
+        spec = {"name": f"{pod.kubelet.tag}-{pod.uid[:13]}-{self.name}-{self.restarts}",
+                "image": self.spec["image"], "argv": argv, "user": user, "groups": groups,
+                "hostname": pod.hostname, "netns": f"/var/run/netns/{pod.netns}", "hosts": pod.hosts_path,
+                "mounts": pod.mounts_for(self.spec), "env": sorted(env), "workdir": self.spec.get("workingDir"),
+                "limits": (self.spec.get("resources") or {}).get("limits") or {},
+                "security": self.spec.get("securityContext") or {},
+                "labels": {runtime.LABEL: pod.kubelet.tag, "localnode.pod": pod.key, "localnode.container": self.name}}
         cdir = os.path.join(pod.dir, "containers", self.name)
         os.makedirs(cdir, exist_ok=True)
-        spec = {"root": os.path.join(cdir, "root"), "cgroups": self.cg.dirs, "memory_cgroup": self.cg.mem,
-                "layers": os.path.join(cdir, "layers"), "hostname": pod.hostname, "hosts": pod.hosts_path,
-                "image_dirs": pod.kubelet.image_dirs, "host_dirs": pod.kubelet.host_dirs,
-                "project_dirs": pod.kubelet.project_dirs,
-                "mounts": mounts, "env": env, "argv": argv, "cwd": self.spec.get("workingDir"),
-                "uid": uid, "gid": gid, "groups": groups,
-                "read_only_root": bool(csc.get("readOnlyRootFilesystem"))}
+        # What the runtime is given (env values included: the flow checks them), for tests and debugging.
         with open(os.path.join(cdir, "launch.json"), "w") as f:
-            json.dump(spec, f, indent=1)
+            json.dump({**spec, "env": env, "podman": runtime.create_args(spec)}, f, indent=1)
         log_path = pod.kubelet.log_path(pod, self.name, self.restarts)
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        out = open(log_path, "ab")
-        self.oom_before = self.cg.oom_kills()
-        # nsenter + unshare rather than `ip netns exec`, which remounts /sys without the cgroups.
-        self.proc = subprocess.Popen(["nsenter", f"--net=/var/run/netns/{pod.netns}", "unshare", "--mount",
-                                      "--propagation", "private", "--", sys.executable, LAUNCH,
-                                      os.path.join(cdir, "launch.json")],
-                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
-        out.close()
+        cid = self.runtime.create(spec, env)
+        with open(log_path, "ab") as out:
+            proc = self.runtime.start(cid, out)
         self.started_at = time.monotonic()
-        self._set(state={"running": {"startedAt": now()}}, started=False, ready=False)
-        pod.kubelet.journal(pod, self.name, "started", pid=self.proc.pid, restart=self.restarts)
-        log.info("%s/%s started pid %d: %s", pod.key, self.name, self.proc.pid, " ".join(argv))
+        self._set(cid=cid, proc=proc, image_id=image_cfg.get("Id", ""), state={"running": {"startedAt": now()}},
+                  started=False, ready=False)
+        self.oom = self._watch_oom()
+        pod.kubelet.journal(pod, self.name, "started", container_id=cid, restart=self.restarts)
+        log.info("%s/%s started %s from %s: %s", pod.key, self.name, cid[:12], self.spec["image"], " ".join(argv))
+
+    def _watch_oom(self):
+        """An OomWatch on the container's cgroup once it runs (None if it exited before)."""
+        while self.proc.poll() is None:
+            pid = self.runtime.state(self.cid).get("Pid") or 0
+            if pid:
+                return runtime.OomWatch(pid)
+            time.sleep(0.05)
+        return None
 
     def _terminated(self, rc):
-        """The terminated state of the process that exited with Popen code `rc`."""
-        code = 128 - rc if rc < 0 else rc
-        oom = self.cg.oom_kills() > self.oom_before
-        if oom and code == 128 + signal.SIGKILL:
+        """The terminated state of the container whose `podman start` exited with `rc`."""
+        st = self.runtime.state(self.cid)
+        code = st.get("ExitCode", 128 - rc if rc < 0 else rc) if st else (128 - rc if rc < 0 else rc)
+        if self.oom is not None and self.oom.is_alive():
+            self.oom.join(10)  # the cgroup's removal (or its OOM) wakes it
+        oom = st.get("OOMKilled") or (self.oom is not None and self.oom.oom)
+        if oom:
             reason = "OOMKilled"
         elif code == 0:
             reason = "Completed"
-        elif code == 128 and self.proc and not self.started:
+        elif st.get("Error"):
             reason = "StartError"
         else:
             reason = "Error"
-        return {"terminated": {"exitCode": code, "reason": reason, "startedAt": self.state.get("running", {}).get(
-            "startedAt", now()), "finishedAt": now()}}
+        term = {"exitCode": code, "reason": reason, "startedAt": self.state.get("running", {}).get(
+            "startedAt", now()), "finishedAt": now(), "containerID": f"podman://{self.cid}"}
+        if st.get("Error"):
+            term["message"] = st["Error"]
+        return {"terminated": term}
 
     # ---- probes and the process, until it exits
     def _watch(self):
@@ -231,7 +168,7 @@ class Container(threading.Thread):
                 if stopping and k != "readinessProbe":
                     continue
                 tm = probes.timings(p)
-                ok, msg = probes.run(p, c, self.pod.ip, self.proc.pid, tm["timeout"])
+                ok, msg = probes.run(p, c, self.pod.ip, self.exec, tm["timeout"])
                 due[k] = time.monotonic() + tm["period"]
                 s, f = counts[k]
                 counts[k] = [s + 1, 0] if ok else [0, f + 1]
@@ -256,40 +193,54 @@ class Container(threading.Thread):
     def _probe_kill(self, which, msg):
         log.info("%s/%s %s probe failed, restarting: %s", self.pod.key, self.name, which, msg)
         self.pod.kubelet.journal(self.pod, self.name, "probe-kill", probe=which, message=msg)
-        grace = self.pod.grace()
-        self._kill(grace)
+        self._kill(self.pod.grace())
 
     def _kill(self, grace):
-        """SIGTERM to the container's processes, SIGKILL after `grace` seconds."""
+        """`podman stop`: SIGTERM to the container, SIGKILL after `grace` seconds."""
         if self.proc is None or self.proc.poll() is not None:
             return
         self.sigterm_at = time.monotonic()
+        self.runtime.stop(self.cid, grace)
         try:
-            self.proc.send_signal(signal.SIGTERM)  # the container's main process, as a runtime does
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(grace)
+            self.proc.wait(30)
         except subprocess.TimeoutExpired:
-            log.info("%s/%s did not exit %ss after SIGTERM: SIGKILL", self.pod.key, self.name, grace)
-            self.cg.kill_all(signal.SIGKILL)
-            self.proc.kill()
-            self.proc.wait()
+            log.warning("%s/%s: podman start still attached 30 s after stop", self.pod.key, self.name)
+
+    def _wait_image(self, backoff):
+        """ErrImagePull, then ImagePullBackOff for `backoff` seconds; False once stopping."""
+        msg = self.state.get("waiting", {}).get("message", "")
+        if self.stopping.wait(2):  # a kubelet shows ErrImagePull until its next sync
+            return False
+        self._set(state={"waiting": {"reason": "ImagePullBackOff",
+                                     "message": f'Back-off pulling image "{self.spec.get("image", "")}": {msg}'}})
+        return not self.stopping.wait(backoff)
 
     def run(self):
-        backoff = BACKOFF_START
+        backoff = pull_backoff = BACKOFF_START
         policy = "Always" if self.sidecar else self.pod.obj["spec"].get("restartPolicy", "Always")
         if self.init and not self.sidecar and policy == "Always":
             policy = "OnFailure"  # init containers are re-run on failure only
         while not self.stopping.is_set():
+            image_cfg = self._pull()
+            if image_cfg is None:
+                if not self._wait_image(pull_backoff):
+                    break
+                pull_backoff = min(pull_backoff * 2, BACKOFF_MAX)
+                continue
+            pull_backoff = BACKOFF_START
             try:
-                self._start()
-            except (MissingRef, Pending) as e:
+                self._start(image_cfg)
+            except (MissingRef, Pending, runtime.ConfigError) as e:
                 self._set(state={"waiting": {"reason": "CreateContainerConfigError", "message": str(e)}})
                 self.stopping.wait(2)
                 continue
+            except RuntimeError as e:  # podman create refused it
+                self._set(state={"waiting": {"reason": "CreateContainerError", "message": str(e)}})
+                self.stopping.wait(BACKOFF_START)
+                continue
             rc = self._watch()
             term = self._terminated(rc)
+            self.runtime.remove(self.cid)
             ran = time.monotonic() - self.started_at
             extra = {}
             if self.sigterm_at is not None:
@@ -322,13 +273,10 @@ class Container(threading.Thread):
         t0 = time.monotonic()
         pre = (self.spec.get("lifecycle") or {}).get("preStop")
         if pre and self.proc is not None and self.proc.poll() is None:
-            ok, msg = probes.run(pre, self.spec, self.pod.ip, self.proc.pid, grace)
+            ok, msg = probes.run(pre, self.spec, self.pod.ip, self.exec, grace)
             if "sleep" in pre:
                 time.sleep(min(grace, pre["sleep"].get("seconds", 0)))
             if not ok:
                 log.info("%s/%s preStop failed: %s", self.pod.key, self.name, msg)
         self._kill(max(0.0, grace - (time.monotonic() - t0)))
-        self.done.wait(grace + 5)
-        if self.cg:
-            self.cg.kill_all(signal.SIGKILL)
-            self.cg.remove()
+        self.done.wait(grace + 30)

@@ -1,5 +1,5 @@
-"""The kubelet: admits every pod (one node, no scheduler), runs it as processes in its own network
-namespace (see container.py and launch.py), keeps its volumes and /etc/hosts current, writes Pod
+"""The kubelet: admits every pod (one node, no scheduler), runs its containers from their images
+through the runtime in the pod's own network namespace (see container.py and runtime.py), keeps its volumes and /etc/hosts current, writes Pod
 status back, and on deletion stops it within its grace period before releasing its finalizer."""
 import copy
 import json
@@ -11,27 +11,10 @@ import time
 
 from container import Container
 from objects import FINALIZER, meta, now
-from volumes import Pending, materialize, mount_source
+from volumes import PROJECTED, Pending, materialize, mount_source, volume_files
 
 log = logging.getLogger("kubelet")
 KUBECONFIG_DIR = "/var/run/secrets/localnode"
-
-
-class ImageMap:
-    """Image name (last path component, without tag or digest) -> (entrypoint, default args).
-    An empty entrypoint means the image's tools are the host's (e.g. busybox: `sleep` on PATH)."""
-
-    def __init__(self, entries):
-        self.entries = entries
-
-    @staticmethod
-    def key(image):
-        name = image.split("@")[0].rsplit("/", 1)[-1]
-        return name.split(":")[0]
-
-    def resolve(self, image):
-        e = self.entries.get(self.key(image))
-        return (None, None) if e is None else (e, [])
 
 
 class PodWorker(threading.Thread):
@@ -48,6 +31,7 @@ class PodWorker(threading.Thread):
         self.hosts_path = os.path.join(self.dir, "hosts")
         self.ns_objects = ({}, {})
         self.vol_paths = {}
+        self.vol_content = {}  # volume name -> (files in the pod's volume, (newer files, first seen))
         self.inits = [Container(self, c, init=True) for c in spec.get("initContainers") or []]
         self.containers = [Container(self, c) for c in spec.get("containers") or []]
         self.initialized = False
@@ -91,25 +75,40 @@ class PodWorker(threading.Thread):
             self.deleting.set()
         if self.vol_paths:
             for v in pod["spec"].get("volumes") or []:
-                if any(k in v for k in ("configMap", "secret", "downwardAPI", "projected")):
+                if any(k in v for k in PROJECTED):
                     try:
-                        materialize(v, pod, self.dir, self.kubelet.pv_root, ns_objects, pvcs, None)
+                        self._update_volume(v, pod, ns_objects, pvcs)
                     except Pending:
                         pass  # the running pod keeps its last files, as upstream
+
+    def _update_volume(self, v, pod, ns_objects, pvcs):
+        """A changed ConfigMap/Secret reaches the volume `configmap_delay` seconds after the node
+        first saw it, as a kubelet's periodic sync and cache TTL delay it (a minute at most upstream)."""
+        files = volume_files(v, pod, ns_objects)
+        applied, pending = self.vol_content.get(v["name"], (None, None))
+        if files == applied:
+            self.vol_content[v["name"]] = (applied, None)
+            return
+        if pending is None or pending[0] != files:
+            pending = (files, time.monotonic())
+        if time.monotonic() - pending[1] >= self.kubelet.configmap_delay:
+            materialize(v, pod, self.dir, self.kubelet.pv_root, ns_objects, pvcs, None)
+            self.kubelet.journal(self, None, "volume-updated", volume=v["name"])
+            applied, pending = files, None
+        self.vol_content[v["name"]] = (applied, pending)
 
     def write_hosts(self, content):
         if self.netns is None:
             return
-        path = f"/etc/netns/{self.netns}/hosts"
-        for p in (path, self.hosts_path):
-            try:
-                if open(p).read() == content:
-                    continue
-            except FileNotFoundError:
-                pass
-            with open(p, "a+") as f:  # in place: the pods bind-mount this inode
-                f.truncate(0)
-                f.write(content)
+        try:
+            with open(self.hosts_path) as f:
+                if f.read() == content:
+                    return
+        except FileNotFoundError:
+            pass
+        with open(self.hosts_path, "a+") as f:  # in place: the containers bind-mount this inode
+            f.truncate(0)
+            f.write(content)
 
     # ---- life
     def run(self):
@@ -132,6 +131,8 @@ class PodWorker(threading.Thread):
                 for v in self.obj["spec"].get("volumes") or []:
                     paths[v["name"]] = materialize(v, self.obj, self.dir, self.kubelet.pv_root,
                                                    self.ns_objects, self.pvcs, None)
+                    if any(k in v for k in PROJECTED):
+                        self.vol_content[v["name"]] = (volume_files(v, self.obj, self.ns_objects), None)
                 self.vol_paths = paths
                 self.pending_msg = None
                 return True
@@ -179,9 +180,6 @@ class PodWorker(threading.Thread):
         # Sidecars stop after the main containers, in reverse order, with what is left of the grace period.
         for c in reversed([c for c in self.inits if c.is_alive()]):
             c.stop(max(2.0, grace - (time.monotonic() - t0)))
-        for c in self.inits + self.containers:
-            if c.cg:
-                c.cg.remove()
         self.changed()
         self.kubelet.journal(self, None, "stopped", took_s=round(time.monotonic() - t0, 3), grace_s=grace)
         self.finished.set()
@@ -263,13 +261,12 @@ class PodWorker(threading.Thread):
 
 
 class Kubelet:
-    def __init__(self, api, net, state, node, image_map, dirs, pod_kubeconfig, tag):
-        """`dirs`: (system directories every container gets under an overlay, the top-level host
-        directories of the project it gets read-only, and the project directories themselves,
-        bound again after the pod's volumes so that a volume such as /tmp cannot hide them)."""
+    def __init__(self, api, net, state, node, runtime, pod_kubeconfig, tag, configmap_delay=30.0):
+        """`runtime`: a runtime.Podman; `tag` names the node's containers, netns and links;
+        `configmap_delay`: seconds before a ConfigMap/Secret change reaches running pods' volumes."""
         self.api, self.net, self.state, self.node = api, net, state, node
-        self.image_map, self.pod_kubeconfig, self.tag = image_map, pod_kubeconfig, tag
-        self.image_dirs, self.host_dirs, self.project_dirs = dirs
+        self.configmap_delay = configmap_delay
+        self.runtime, self.pod_kubeconfig, self.tag = runtime, pod_kubeconfig, tag
         self.pv_root = os.path.join(state, "pv")
         self.workers = {}
         self.records = []

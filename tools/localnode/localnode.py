@@ -1,12 +1,13 @@
 """localnode: makes the k8s test kit's API server run pods on this machine (test infrastructure).
 
-  localnode.py up --kubeconfig K --state DIR [--subnet 10.213.0.0/16] [--image NAME=PATH ...]
+  localnode.py up --kubeconfig K --state DIR [--subnet 10.213.0.0/16] [--configmap-delay 30]
   localnode.py down --state DIR
   localnode.py logs [-n NS] [-c CONTAINER] [-p] POD --state DIR
   localnode.py port-forward [-n NS] svc/NAME|pod/NAME LOCAL:PORT --kubeconfig K
   localnode.py cp [-n NS] [--link] SRC POD:PATH --state DIR --kubeconfig K
 
-See README.md beside this file for what it imitates and what not.
+Every container starts from its OCI image in the node's local image storage (podman with runc,
+see runtime.py); images are never pulled. See README.md beside this file for what it imitates.
 """
 import argparse
 import logging
@@ -27,14 +28,14 @@ import forward  # noqa: E402
 import garbage  # noqa: E402
 import statefulset  # noqa: E402
 from kapi import Api, ApiError  # noqa: E402
-from kubelet import ImageMap, Kubelet  # noqa: E402
+from kubelet import Kubelet  # noqa: E402
 from netns import Network  # noqa: E402
+from runtime import Podman  # noqa: E402
 from objects import meta  # noqa: E402
 from volumes import pvc_dir  # noqa: E402
 
 log = logging.getLogger("localnode")
 NODE = "localnode"
-SYSTEM_DIRS = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc", "/opt"]
 GC_KINDS = ["pods", "services", "configmaps", "secrets", "deployments", "replicasets", "statefulsets",
             "controllerrevisions", "endpointslices", "persistentvolumeclaims", "serviceaccounts",
             "networkpolicies", "poddisruptionbudgets", "horizontalpodautoscalers", "roles", "rolebindings"]
@@ -62,7 +63,7 @@ def ensure_node(api, ip):
                           "message": "localnode is posting ready status"}],
           "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": NODE}],
           "capacity": {"cpu": str(os.cpu_count()), "pods": "110"},
-          "nodeInfo": {"kubeletVersion": "v1.36.0-localnode", "containerRuntimeVersion": "localnode://1",
+          "nodeInfo": {"kubeletVersion": "v1.36.0-localnode", "containerRuntimeVersion": "podman://4",
                        "operatingSystem": "linux", "architecture": "amd64"}}
     api.patch("nodes", None, NODE, {"status": st}, sub="status")
 
@@ -108,17 +109,6 @@ def pod_kubeconfig(kubeconfig, state, gateway, port):
     return path
 
 
-def image_map(args):
-    root = os.path.abspath(args.root)
-    entries = {"tokenrouter": [f"{root}/target/release/tokenrouter"],
-               "tokenrouter-operator": [f"{root}/target/release/tokenrouter-operator"],
-               "busybox": [], "debian": [], "ubuntu": []}
-    for item in args.image or []:
-        name, _, path = item.partition("=")
-        entries[name] = path.split() if path else []
-    return ImageMap(entries)
-
-
 def up(args):
     state = os.path.abspath(args.state)
     os.makedirs(state, exist_ok=True)
@@ -132,11 +122,10 @@ def up(args):
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     fwd = forward.serve((net.gateway, api.port), lambda: ("127.0.0.1", api.port), stop)
-    root = os.path.abspath(args.root)
-    exact = sorted({root} | {os.path.abspath(d) for d in args.host_dir or []})
-    host_dirs = sorted({"/" + p.split("/")[1] for p in exact} - set(SYSTEM_DIRS))
-    kl = Kubelet(api, net, state, NODE, image_map(args), (SYSTEM_DIRS, host_dirs, exact),
-                 pod_kubeconfig(args.kubeconfig, state, net.gateway, api.port), args.tag)
+    rt = Podman(args.tag)
+    rt.cleanup()  # a crashed run's containers
+    kl = Kubelet(api, net, state, NODE, rt, pod_kubeconfig(args.kubeconfig, state, net.gateway, api.port),
+                 args.tag, args.configmap_delay)
     with open(os.path.join(state, "pid"), "w") as f:
         f.write(str(os.getpid()))
     log.info("node %s up: subnet %s, state %s", NODE, args.subnet, state)
@@ -155,25 +144,12 @@ def up(args):
         log.info("shutting down: stopping %d pods", len(kl.workers))
         kl.shutdown(args.shutdown_grace)
         fwd.close()
+        rt.cleanup()
         net.cleanup()
-        shutil.rmtree(os.path.join("/sys/fs/cgroup/memory", args.tag), ignore_errors=True)
-        for cg in ("/sys/fs/cgroup/memory", "/sys/fs/cgroup/cpu"):
-            remove_tree(os.path.join(cg, args.tag))
         for f in ("pid", "ready"):
             if os.path.exists(os.path.join(state, f)):
                 os.unlink(os.path.join(state, f))
         log.info("node down")
-
-
-def remove_tree(cg):
-    """rmdir a cgroup tree bottom-up (cgroup files cannot be unlinked)."""
-    if not os.path.isdir(cg):
-        return
-    for dirpath, _, _ in sorted(os.walk(cg), key=lambda x: -len(x[0])):
-        try:
-            os.rmdir(dirpath)
-        except OSError:
-            pass
 
 
 def sync_once(api, kl, net):
@@ -210,6 +186,7 @@ def down(args):
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    Podman(args.tag).cleanup()
     Network(args.tag, args.subnet).cleanup()
 
 
@@ -261,7 +238,7 @@ def cp(args):
         if (path == mp or path.startswith(mp + "/")) and (best is None or len(mp) > len(best[0])):
             best = (mp, m)
     if best is None:
-        sys.exit(f"{path} is not on a volume of pod {pod_name} (the root filesystem is the host's)")
+        sys.exit(f"{path} is not on a volume of pod {pod_name} (the root filesystem is the image's)")
     mp, m = best
     v = vols[m["name"]]
     if "persistentVolumeClaim" in v:
@@ -301,9 +278,9 @@ def main():
                        help="prefix of netns, links and cgroups (short: veth names have 15 characters)")
         if name == "up":
             s.add_argument("--kubeconfig", default=env("KUBECONFIG"))
-            s.add_argument("--root", default=os.getcwd(), help="project root (target/release binaries)")
-            s.add_argument("--image", action="append", help="NAME=ENTRYPOINT (image name without registry/tag)")
-            s.add_argument("--host-dir", action="append", help="host directory pods see (read-only)")
+            s.add_argument("--configmap-delay", type=float, default=float(env("LOCALNODE_CONFIGMAP_DELAY", "30")),
+                           help="seconds before a ConfigMap/Secret change reaches a running pod's volume "
+                                "(a kubelet's sync period plus its cache TTL: up to about a minute)")
             s.add_argument("--period", type=float, default=1.0)
             s.add_argument("--shutdown-grace", type=float, default=20.0)
         else:

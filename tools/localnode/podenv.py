@@ -118,15 +118,3 @@ def resolve_env(pod, container, configmaps, secrets, base=None):
         if value is not None:
             env[e["name"]] = value
     return env
-
-
-def command_line(container, entrypoint, image_cmd, env):
-    """argv: `command` replaces the image's entrypoint (and its default args), `args` replace the
-    default args; both get $(VAR) expansion."""
-    command = container.get("command")
-    args = container.get("args")
-    if command is not None:
-        argv = list(command) + list(args or [])
-    else:
-        argv = list(entrypoint) + list(args if args is not None else image_cmd)
-    return [expand(a, env) for a in argv]

@@ -21,8 +21,9 @@ def timings(probe):
             "failure": probe.get("failureThreshold", 3)}
 
 
-def run(handler, container, pod_ip, pid, timeout):
-    """(ok, message) of one check. `pid` is the container's process (for exec)."""
+def run(handler, container, pod_ip, exec_fn, timeout):
+    """(ok, message) of one check. `exec_fn(cmd, timeout)` runs a command in the container (the
+    runtime's exec) and returns a CompletedProcess; it raises OSError when the container is not running."""
     try:
         if "httpGet" in handler:
             h = handler["httpGet"]
@@ -47,10 +48,7 @@ def run(handler, container, pod_ip, pid, timeout):
             with socket.create_connection((t.get("host") or pod_ip, resolve_port(t["port"], container)), timeout):
                 return True, ""
         if "exec" in handler:
-            if pid is None:
-                return False, "container not running"
-            cmd = ["nsenter", "-t", str(pid), "-m", "-n", "-u", "-r", "-w", "--", *handler["exec"]["command"]]
-            r = subprocess.run(cmd, capture_output=True, timeout=timeout)
+            r = exec_fn(list(handler["exec"]["command"]), timeout)
             if r.returncode == 0:
                 return True, ""
             return False, f"command exited {r.returncode}: {(r.stdout + r.stderr)[-200:]!r}"

@@ -1,6 +1,7 @@
-"""Unit tests of the local node (no API server; OomTest alone needs root and cgroup v1):
+"""Unit tests of the local node (no API server; RuntimeTest needs root and podman with runc):
 python3 -m unittest discover -s tools/localnode -p 'test_*.py'"""
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -17,8 +18,8 @@ import deployment
 import endpoints
 import garbage
 import kubelet
-import launch
 import podenv
+import runtime
 import statefulset
 import volumes
 from objects import selector_matches
@@ -234,10 +235,17 @@ class EnvTest(unittest.TestCase):
 
     def test_command_and_args_against_the_image(self):
         env = {"A": "1"}
-        self.assertEqual(podenv.command_line({"args": ["x", "$(A)"]}, ["/bin/e"], ["d"], env), ["/bin/e", "x", "1"])
-        self.assertEqual(podenv.command_line({}, ["/bin/e"], ["d"], env), ["/bin/e", "d"])
-        self.assertEqual(podenv.command_line({"command": ["sleep"], "args": ["1"]}, ["/bin/e"], ["d"], env),
-                         ["sleep", "1"])
+        img = {"Entrypoint": ["/bin/e", "$(A)"], "Cmd": ["d"]}
+        line = runtime.command_line
+        # args replace CMD; command replaces ENTRYPOINT and drops CMD; $(VAR) only in the pod's parts.
+        self.assertEqual(line({"args": ["x", "$(A)"]}, img, env), ["/bin/e", "$(A)", "x", "1"])
+        self.assertEqual(line({}, img, env), ["/bin/e", "$(A)", "d"])
+        self.assertEqual(line({"command": ["sleep"]}, img, env), ["sleep"])
+        self.assertEqual(line({"command": ["sleep"], "args": ["$(A)"]}, img, env), ["sleep", "1"])
+        self.assertEqual(line({}, {"Cmd": ["c", "-x"]}, env), ["c", "-x"])
+        for c, i in (({}, {}), ({"args": []}, {"Cmd": ["c"]})):  # nothing left to run
+            with self.assertRaises(runtime.ConfigError):
+                line(c, i, env)
 
     def test_quantities(self):
         self.assertEqual(podenv.quantity("2Gi"), 2 * 2**30)
@@ -307,16 +315,6 @@ class VolumeTest(unittest.TestCase):
             self.assertEqual(volumes.mount_source(d, {"subPath": "m"}), os.path.join(d, "m"))
 
 
-class MountOrderTest(unittest.TestCase):
-    def test_a_checkout_under_a_volume_path_stays_visible(self):
-        binds = [{"src": "/tmp", "dst": "/tmp", "what": "host"},
-                 {"src": "/v/empty", "dst": "/tmp", "what": "emptyDir"},
-                 {"src": "/v/cm", "dst": "/etc/tokenrouter", "what": "configMap"},
-                 {"src": "/tmp/x", "dst": "/tmp/x", "what": "project"}]
-        order = [m["what"] for m in launch.mount_order(binds)]
-        self.assertEqual(order, ["host", "emptyDir", "configMap", "project"])
-
-
 def wait_for(cond, what, timeout=10):
     t0 = time.monotonic()
     while not cond():
@@ -329,8 +327,7 @@ class TerminatingTest(unittest.TestCase):
     """A deleted pod keeps probing readiness and stays Ready until its containers stop (upstream)."""
 
     def worker(self, state, spec):
-        kl = kubelet.Kubelet(None, types.SimpleNamespace(gateway="10.0.0.1"), state, "n", None,
-                             ([], [], []), None, "t")
+        kl = kubelet.Kubelet(None, types.SimpleNamespace(gateway="10.0.0.1"), state, "n", None, None, "t")
         return kubelet.PodWorker(kl, {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
                                       "spec": {"containers": [spec]}})
 
@@ -376,65 +373,245 @@ class TerminatingTest(unittest.TestCase):
             self.assertNotIn("live", calls)
 
 
-class CgroupsTest(unittest.TestCase):
-    def test_limits_without_a_v1_controller_are_reported_and_warned_about_once(self):
-        with tempfile.TemporaryDirectory() as d, unittest.mock.patch.multiple(
-                container, CG_MEM=f"{d}/memory", CG_CPU=f"{d}/cpu", _warned=set()):
-            cg = container.Cgroups("t", "u", "c", {"limits": {"memory": "1Gi", "cpu": "1"}})
-            self.assertEqual((cg.unenforced, cg.dirs, cg.oom_kills()), (["memory", "cpu"], [], 0))
-            with self.assertLogs("container", "WARNING") as logs:
-                container._warn_unenforced(cg.unenforced)
-                container._warn_unenforced(cg.unenforced)
-            self.assertEqual(len(logs.records), 2)
-            self.assertIn("limits.memory is NOT enforced", logs.output[0])
+class RuntimeRulesTest(unittest.TestCase):
+    """The kubelet's rules for the runtime, without one: user, create arguments."""
+
+    def test_user_from_the_image_unless_the_security_context_sets_one(self):
+        img = {"User": "1234:1234"}
+        self.assertIsNone(runtime.run_as({}, {}, img))
+        self.assertEqual(runtime.run_as({"securityContext": {"runAsUser": 7}}, {}, img), "7:1234")
+        self.assertEqual(runtime.run_as({"securityContext": {"runAsUser": 7}},
+                                        {"securityContext": {"runAsUser": 8, "runAsGroup": 9}}, img), "8:9")
+        self.assertEqual(runtime.run_as({}, {"securityContext": {"runAsGroup": 9}}, {}), "0:9")
+
+    def test_run_as_non_root_refuses_a_root_or_unverifiable_image_user(self):
+        nr = {"securityContext": {"runAsNonRoot": True}}
+        for user in ("", "0", "root", "0:0"):
+            with self.assertRaisesRegex(runtime.ConfigError, "will run as root"):
+                runtime.run_as(nr, {}, {"User": user})
+        with self.assertRaisesRegex(runtime.ConfigError, "non-numeric user"):
+            runtime.run_as(nr, {}, {"User": "app"})
+        with self.assertRaisesRegex(runtime.ConfigError, "non-root policy"):
+            runtime.run_as(nr, {"securityContext": {"runAsUser": 0}}, {"User": "1"})
+        self.assertIsNone(runtime.run_as(nr, {}, {"User": "1234"}))
+        self.assertEqual(runtime.run_as(nr, {"securityContext": {"runAsUser": 5}}, {}), "5")
+
+    def test_create_arguments(self):
+        a = runtime.create_args({
+            "name": "t-u-c-0", "image": "img:1", "argv": ["/bin/x", "a b"], "hostname": "h",
+            "netns": "/var/run/netns/t-u", "hosts": "/s/hosts", "env": ["SECRET"], "user": "5:6", "groups": [7],
+            "mounts": [{"src": "/v/a", "dst": "/a", "ro": True}, {"src": "/v/b", "dst": "/b", "ro": False}],
+            "limits": {"memory": "64Mi", "cpu": "500m"}, "security": {"readOnlyRootFilesystem": True},
+            "labels": {runtime.LABEL: "t"}, "workdir": "/w"})
+        line = " ".join(a)
+        for want in ("--pull never", "--runtime runc", "--network ns:/var/run/netns/t-u", '--entrypoint ["/bin/x", "a b"]',
+                     "type=bind,source=/s/hosts,destination=/etc/hosts,ro=true",
+                     "type=bind,source=/v/a,destination=/a,ro=true", "type=bind,source=/v/b,destination=/b --env",
+                     "--env SECRET", "--user 5:6", "--group-add 7", "--memory 67108864 --memory-swap 67108864",
+                     "--cpus 0.5", "--read-only --read-only-tmpfs=false", "--workdir /w", "--hostname h"):
+            self.assertIn(want, line)
+        self.assertEqual(a[-1], "img:1")
+        with self.assertRaises(runtime.ConfigError):
+            runtime.create_args({"name": "n", "image": "i", "argv": ["x"], "hostname": "h", "netns": "/n",
+                                 "mounts": [{"src": "/a,b", "dst": "/a"}]})
 
 
-class OomTest(unittest.TestCase):
-    """A container over its memory limit, through the kubelet's own path: Container.run makes the
-    cgroup, launch.py joins it in a netns and a private root, and the exit is read back as a
-    container state. Root and cgroup v1 only (what the node supports)."""
+TEST_IMAGE = "localhost/localnode-test:"
+
+
+def read(path):
+    """A file's text, or "" while it does not exist."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class FakeNet:
+    """The pod's network namespace without the node's bridge (a loopback-only netns)."""
+
+    def __init__(self, tag):
+        self.tag, self.gateway, self.made = tag, "10.0.0.1", []
+
+    def add_pod(self, uid, hostname):
+        ns = f"{self.tag}-{uid[:8]}"
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, capture_output=True)
+        self.made.append(ns)
+        return ns, "127.0.0.1"
+
+    def del_pod(self, uid, ip=None):
+        subprocess.run(["ip", "netns", "del", f"{self.tag}-{uid[:8]}"], capture_output=True)
+
+
+class RuntimeTest(unittest.TestCase):
+    """Containers started by the kubelet's own path (Container.run) from real images through podman
+    with runc: root on a host with podman (what the node needs). The images are built from this
+    host's binaries by testimages/build.sh."""
+
+    @classmethod
+    def setUpClass(cls):
+        subprocess.run(["bash", os.path.join(HERE, "testimages", "build.sh")], check=True)
 
     def setUp(self):
-        why = ("not root" if os.geteuid() != 0 else
-               None if os.path.exists(os.path.join(container.CG_MEM, "memory.limit_in_bytes")) else
-               f"no cgroup v1 memory controller at {container.CG_MEM}")
-        if why:
-            sys.stderr.write(f"\nOomTest skipped: {why}\n")
-            self.skipTest(why)
-        self.tag = f"trt{os.getpid()}"
-        self.netns = f"{self.tag}-oom"
-        subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
-        self.addCleanup(subprocess.run, ["ip", "netns", "del", self.netns], capture_output=True)
-        self.state = tempfile.mkdtemp(prefix="localnode-oom-")
+        self.tag = f"lnt{os.getpid() % 100000}"
+        self.state = tempfile.mkdtemp(prefix="localnode-rt-")
         self.addCleanup(shutil.rmtree, self.state, True)
+        self.rt = runtime.Podman(self.tag)
+        self.net = FakeNet(self.tag)
+        self.kl = kubelet.Kubelet(None, self.net, self.state, "n", self.rt, None, self.tag, configmap_delay=0)
+        self.addCleanup(self.rt.cleanup)
+
+    def worker(self, containers, **spec):
+        uid = f"{len(self.net.made):04d}{time.monotonic_ns() % 10**9:09d}"
+        w = kubelet.PodWorker(self.kl, {"metadata": {"name": f"p{uid}", "namespace": "ns", "uid": uid},
+                                        "spec": {"containers": containers, "restartPolicy": "Never",
+                                                 "terminationGracePeriodSeconds": 2, **spec}})
+        w.refresh(w.obj, ({"cm": {"data": {"k": "v1"}}}, {}), {})
+        self.addCleanup(self.net.del_pod, uid)
+        self.assertTrue(w._setup())
+        return w
+
+    def run_to_end(self, w, timeout=60):
+        """Runs the pod's first container until it terminates; its status and log."""
+        c = w.containers[0]
+        c.start()
+        if not c.done.wait(timeout):
+            c.stop(0)
+            self.fail(f"container did not finish within {timeout}s: {c.status()}")
+        return c.status(), read(self.kl.log_path(w, c.name, c.restarts))
+
+    def test_image_filesystem_entrypoint_cmd_user_env_volumes_and_hosts(self):
+        w = self.worker([{"name": "c", "image": TEST_IMAGE + "user",
+                          "env": [{"name": "E", "value": "from-pod"}],
+                          "volumeMounts": [{"name": "cm", "mountPath": "/etc/cm", "readOnly": True},
+                                           {"name": "scratch", "mountPath": "/scratch"},
+                                           {"name": "scratch", "mountPath": "/sub", "subPath": "s"}]}],
+                        volumes=[{"name": "cm", "configMap": {"name": "cm"}}, {"name": "scratch", "emptyDir": {}}],
+                        hostname="h1")
+        w.write_hosts("10.9.9.9 svc.ns.svc.cluster.local\n")
+        # The image's ENTRYPOINT (sh -c) and CMD (echo image-cmd), its USER 1234 and ENV.
+        st, out = self.run_to_end(w)
+        self.assertEqual(st["state"]["terminated"]["reason"], "Completed", (st, out))
+        self.assertEqual(out, "image-cmd\n")
+        self.assertTrue(st["containerID"].startswith("podman://") and st["imageID"], st)
+        # args replace CMD: a script over the image's files, the pod's volumes, env and /etc/hosts.
+        script = ("id -u; echo $IMG $E; cat /etc/cm/k; echo; touch /etc/cm/x 2>/dev/null || echo cm-ro; "
+                  "echo w > /scratch/f && cat /scratch/f; echo s > /sub/g; cat /etc/hosts; cat /etc/hostname; echo; "
+                  "ls /bin/dd")
+        w2 = self.worker([{**w.obj["spec"]["containers"][0], "args": [script]}],
+                         volumes=w.obj["spec"]["volumes"], hostname="h1")
+        w2.write_hosts("10.9.9.9 svc.ns.svc.cluster.local\n")
+        st, out = self.run_to_end(w2)
+        self.assertEqual(out.split("\n"), ["1234", "1 from-pod", "v1", "cm-ro", "w", "10.9.9.9 svc.ns.svc.cluster.local",
+                                           "h1", "/bin/dd", ""], st)
+        self.assertTrue(os.path.exists(os.path.join(w2.vol_paths["scratch"], "s", "g")))
+
+    def test_security_context_user_read_only_root_and_run_as_non_root(self):
+        w = self.worker([{"name": "c", "image": TEST_IMAGE + "user", "command": ["/bin/sh", "-c"],
+                          "args": ["id -u; id -g; touch /x 2>/dev/null || echo root-ro; touch /tmp/y || echo tmp-ro; "
+                                   "echo ok > /scratch/z && cat /scratch/z"],
+                          "securityContext": {"runAsUser": 4321, "readOnlyRootFilesystem": True},
+                          "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+                        volumes=[{"name": "scratch", "emptyDir": {}}], securityContext={"runAsGroup": 99})
+        st, out = self.run_to_end(w)
+        self.assertEqual(out.splitlines()[:3] + out.splitlines()[-2:], ["4321", "99", "root-ro", "tmp-ro", "ok"], out)
+        # A root image under runAsNonRoot never starts: CreateContainerConfigError.
+        w = self.worker([{"name": "c", "image": TEST_IMAGE + "root", "command": ["/bin/true"]}],
+                        securityContext={"runAsNonRoot": True})
+        c = w.containers[0]
+        c.start()
+        self.addCleanup(c.stop, 0)
+        wait_for(lambda: c.status()["state"].get("waiting", {}).get("reason") == "CreateContainerConfigError",
+                 "CreateContainerConfigError", 30)
+        self.assertIn("will run as root", c.status()["state"]["waiting"]["message"])
+        self.assertIsNone(c.cid)
 
     def test_a_container_over_its_memory_limit_is_oom_killed(self):
-        exe = os.path.realpath(sys.executable)  # bound read-only with its top-level directory
-        system = ["/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"]
-        top = "/" + exe.split("/")[1]
-        kl = kubelet.Kubelet(None, None, self.state, "n", kubelet.ImageMap({"busybox": []}),
-                             (system, [] if top in system else [top], []), None, self.tag)
-        w = kubelet.PodWorker(kl, {
-            "metadata": {"name": "oom", "namespace": "ns", "uid": f"{self.tag}-uid"},
-            "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "c", "image": "busybox", "resources": {"limits": {"memory": "64Mi"}},
-                # Written, not just reserved: untouched pages would not count against the limit.
-                "command": [exe, "-S", "-c", "x = b'1' * (512 << 20)"]}]}})
-        os.makedirs(w.dir)
-        open(w.hosts_path, "w").close()
-        w.netns = self.netns
-        c = w.containers[0]
-        t = threading.Thread(target=c.run, daemon=True)
-        t.start()
-        t.join(60)
-        if t.is_alive():
-            c.stop(0)
-        if c.cg:
-            c.cg.remove()
-        self.assertFalse(t.is_alive(), "the container did not exit within 60 s")
-        term = c.status()["state"].get("terminated") or {}
-        self.assertEqual((term.get("reason"), term.get("exitCode")), ("OOMKilled", 137), c.status())
+        w = self.worker([{"name": "c", "image": TEST_IMAGE + "root", "resources": {"limits": {"memory": "64Mi",
+                                                                                              "cpu": "500m"}},
+                          # Written, not just reserved: dd fills its 300 MB buffer.
+                          "command": ["/bin/dd", "if=/dev/zero", "of=/dev/null", "bs=300M", "count=1"]}])
+        st, out = self.run_to_end(w)
+        term = st["state"]["terminated"]
+        self.assertEqual((term["reason"], term["exitCode"]), ("OOMKilled", 137), (st, out))
+        args = json.loads(read(os.path.join(w.dir, "containers", "c", "launch.json")))["podman"]
+        self.assertIn("--cpus", args)
 
+    def test_a_missing_image_waits_in_image_pull_back_off_and_the_pod_stays(self):
+        w = self.worker([{"name": "c", "image": "ghcr.io/nowhere/absent:9"}])
+        c = w.containers[0]
+        seen = []
+        w.changed = lambda: seen.append(c.state.get("waiting", {}).get("reason"))
+        c.start()
+        self.addCleanup(c.stop, 0)
+        wait_for(lambda: "ImagePullBackOff" in seen, "ImagePullBackOff", 30)
+        self.assertEqual([r for i, r in enumerate(seen) if r and (i == 0 or seen[i - 1] != r)][:2],
+                         ["ErrImagePull", "ImagePullBackOff"])
+        self.assertIn("never pulls", c.status()["state"]["waiting"]["message"])
+        self.assertEqual(w.status()["phase"], "Pending")
+        self.assertTrue(os.path.isdir(w.dir))
+
+    def test_sigterm_then_sigkill_after_the_grace_period_and_restarts(self):
+        trap = {"name": "c", "image": TEST_IMAGE + "root",
+                "args": ["trap 'echo term; exit 3' TERM; echo up; while :; do sleep 0.1; done"]}
+        deaf = {"name": "c", "image": TEST_IMAGE + "root", "args": ["trap '' TERM; echo up; while :; do sleep 0.1; done"]}
+        for spec, code in ((trap, 3), (deaf, 137)):
+            w = self.worker([spec])
+            c = w.containers[0]
+            c.start()
+            wait_for(lambda: read(self.kl.log_path(w, "c", 0)).startswith("up"), "the container's first line", 30)
+            t0 = time.monotonic()
+            c.stop(2)
+            took = time.monotonic() - t0
+            self.assertEqual(c.status()["state"]["terminated"]["exitCode"], code, c.status())
+            self.assertLess(took, 2 if code == 3 else 15, took)
+            if code == 137:
+                self.assertGreaterEqual(took, 2)
+        # restartPolicy OnFailure: a failing container is started again (back-off shortened).
+        w = self.worker([{"name": "c", "image": TEST_IMAGE + "root", "args": ["echo run; exit 1"]}],
+                        restartPolicy="OnFailure")
+        c = w.containers[0]
+        with unittest.mock.patch.object(container, "BACKOFF_START", 0.1):
+            c.start()
+            self.addCleanup(c.stop, 0)
+            wait_for(lambda: c.status()["restartCount"] >= 2, "two restarts", 60)
+        self.assertEqual(c.status()["lastState"]["terminated"]["exitCode"], 1)
+        self.assertEqual(read(self.kl.log_path(w, "c", 0)), "run\n")
+
+    def test_exec_probe_runs_in_the_container(self):
+        w = self.worker([{"name": "c", "image": TEST_IMAGE + "root", "args": ["touch /tmp/ready; sleep 60"],
+                          "readinessProbe": {"exec": {"command": ["cat", "/tmp/ready"]}, "periodSeconds": 1}}])
+        c = w.containers[0]
+        c.start()
+        self.addCleanup(c.stop, 0)
+        wait_for(lambda: c.status()["ready"], "ready through an exec probe", 30)
+        self.assertEqual(c.exec(["id", "-u"], 10).stdout, b"0\n")
+
+
+class ConfigMapDelayTest(unittest.TestCase):
+    def test_a_changed_configmap_reaches_the_volume_after_the_delay(self):
+        with tempfile.TemporaryDirectory() as d:
+            kl = kubelet.Kubelet(None, None, d, "n", None, None, "t", configmap_delay=30)
+            w = kubelet.PodWorker(kl, {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                                       "spec": {"containers": [], "volumes": [{"name": "v", "configMap": {"name": "cm"}}]}})
+            objs = lambda v: ({"cm": {"data": {"k": v}}}, {})
+            w.refresh(w.obj, objs("1"), {})
+            w.vol_paths = {"v": volumes.materialize(w.obj["spec"]["volumes"][0], w.obj, w.dir, kl.pv_root, objs("1"),
+                                                    {}, None)}
+            w.vol_content["v"] = ({"k": b"1"}, None)
+            value = lambda: read(os.path.join(w.vol_paths["v"], "k"))
+            t = [1000.0]
+            with unittest.mock.patch.object(kubelet.time, "monotonic", lambda: t[0]):
+                w.refresh(w.obj, objs("2"), {})
+                t[0] += 29
+                w.refresh(w.obj, objs("2"), {})
+                self.assertEqual(value(), "1")
+                t[0] += 1
+                w.refresh(w.obj, objs("2"), {})
+                self.assertEqual(value(), "2")
 
 if __name__ == "__main__":
     unittest.main()

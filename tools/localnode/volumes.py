@@ -144,18 +144,27 @@ def materialize(vol, pod, pod_dir, pv_root, ns_objects, pvcs, owner):
         if (pvc.get("status") or {}).get("phase") != "Bound":
             raise Pending(f"persistentvolumeclaim {claim!r} is not bound")
         return pvc_dir(pv_root, ns, claim)
-    mode = vol.get(next((k for k in ("configMap", "secret", "downwardAPI", "projected") if k in vol), ""), {}).get(
-        "defaultMode", 0o644)
+    mode = vol.get(next((k for k in PROJECTED if k in vol), ""), {}).get("defaultMode", 0o644)
+    files = volume_files(vol, pod, ns_objects)
+    if files is None:
+        raise Pending(f"volume {name!r}: unsupported type {sorted(k for k in vol if k != 'name')}")
+    atomic_write(path, files, mode, owner)
+    return path
+
+
+PROJECTED = ("configMap", "secret", "downwardAPI", "projected")
+
+
+def volume_files(vol, pod, ns_objects):
+    """{path: bytes} of a configMap / secret / downwardAPI / projected volume; None for other kinds."""
     if "projected" in vol:
         files = {}
         for src in vol["projected"].get("sources") or []:
             files.update(source_files(src, pod, ns_objects))
-    elif any(k in vol for k in ("configMap", "secret", "downwardAPI")):
-        files = source_files(vol, pod, ns_objects)
-    else:
-        raise Pending(f"volume {name!r}: unsupported type {sorted(k for k in vol if k != 'name')}")
-    atomic_write(path, files, mode, owner)
-    return path
+        return files
+    if any(k in vol for k in PROJECTED):
+        return source_files(vol, pod, ns_objects)
+    return None
 
 
 def pvc_dir(pv_root, ns, claim):
@@ -172,4 +181,5 @@ def mount_source(vol_path, mount):
     p = os.path.join(vol_path, sub)
     if not os.path.lexists(p):
         os.makedirs(p)
+        os.chmod(p, os.stat(vol_path).st_mode & 0o7777)  # the volume's mode, as a kubelet makes it
     return os.path.realpath(p) if os.path.islink(p) and os.path.realpath(p).startswith(vol_path) else p
