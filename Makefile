@@ -362,8 +362,9 @@ images-test: node-binaries
 images-quickstart: images-test run-assets
 	tools/images/quickstart_test.sh
 
-# --- The local node (tools/localnode): pods of the test kit as real processes ---
-# Python in the kit's venv (PyYAML); netns, veths and cgroups need root. Pods get
+# --- The local node (tools/localnode): pods of the test kit as real containers ---
+# Python in the kit's venv (PyYAML); every container starts from its image in
+# root's podman storage (runc, never pulled); netns and veths need root. Pods get
 # addresses from LOCALNODE_SUBNET (default 10.213.0.0/16), names prefixed LOCALNODE_TAG.
 LOCALNODE_PY := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/venv/bin/python
 WITH_NODE    := bash tests/k8s_node/with_node.sh
@@ -371,7 +372,7 @@ E2E_OUT      ?= $(CACHE)/e2e
 
 .PHONY: node-binaries test-localnode test-node-flow e2e
 
-# What the node's image map runs: the engine and the operator.
+# The binaries the test images hold (images-test): the engine and the operator.
 node-binaries: build
 	cargo build --release -p operator --bin tokenrouter-operator
 
@@ -382,11 +383,11 @@ test-localnode: k8s-kit
 # chart, operator pod, weights on a PVC, the CPU example to Ready, completions,
 # autoscaling, drain, kill, delete; the tune loop on a simulated pair; the
 # three-model example; the GPU example up to its processes.
-test-node-flow: k8s-kit venv-openai assets node-binaries test-localnode
+test-node-flow: k8s-kit venv-openai assets images-test test-localnode
 	$(WITH_NODE) $(TARGET_DIR)/node-flow-state $(PY) tests/k8s_node/flow.py --out $(TARGET_DIR)/node-flow
 
 # make e2e TRD=FILE [NS=namespace]: one resource from helm install to delete; pod logs in $(E2E_OUT).
-e2e: k8s-kit venv-openai assets node-binaries
+e2e: k8s-kit venv-openai assets images-test
 	@test -n "$(TRD)" || { echo "usage: make e2e TRD=examples/k8s/smollm2-cpu.yaml [NS=namespace]"; exit 2; }
 	rm -rf $(E2E_OUT) && mkdir -p $(E2E_OUT)
 	$(WITH_NODE) $(E2E_OUT)/state $(PY) tests/k8s_node/e2e.py --trd $(TRD) --ns $(or $(NS),tokenrouter) --out $(E2E_OUT)

@@ -2,10 +2,11 @@
 # with_node.sh STATE_DIR CMD...: runs CMD with the k8s test kit and the local node up (kit state in
 # STATE_DIR/kit, node state in STATE_DIR/node), then stops both, also when CMD fails. CMD sees
 # KUBECONFIG, PATH (kubectl, helm) and LOCALNODE_STATE. Ports: TOKENROUTER_K8S_*_PORT; pod subnet:
-# LOCALNODE_SUBNET / LOCALNODE_TAG (see tools/localnode/localnode.py); binaries: LOCALNODE_ROOT/target/release.
+# LOCALNODE_SUBNET / LOCALNODE_TAG, ConfigMap update delay: LOCALNODE_CONFIGMAP_DELAY (default 30 s; see
+# tools/localnode/localnode.py); images: root's podman storage (make images-test).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-KIT=${K8S_KIT:-$ROOT/../shared/k8s-test-kit}
+KIT=${K8S_KIT:-$ROOT/tools/k8s-kit}
 KPY=${LOCALNODE_PYTHON:-${TOKENROUTER_K8S_CACHE:-$HOME/.cache/tokenrouter-k8s}/venv/bin/python}
 ST=$1; shift
 mkdir -p "$ST"
@@ -24,7 +25,7 @@ stop() {
 }
 trap stop EXIT
 . "$ST/kit/env"
-"$KPY" "$ROOT/tools/localnode/localnode.py" up --root "${LOCALNODE_ROOT:-$ROOT}" --state "$LOCALNODE_STATE" \
+"$KPY" "$ROOT/tools/localnode/localnode.py" up --state "$LOCALNODE_STATE" \
   --kubeconfig "$KUBECONFIG" >"$ST/node.log" 2>&1 &
 node_pid=$!
 for _ in $(seq 1 300); do

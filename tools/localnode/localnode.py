@@ -74,7 +74,9 @@ def bind_claims(api, pvcs, pv_root):
         if meta(pvc).get("deletionTimestamp") or (pvc.get("status") or {}).get("phase") == "Bound":
             continue
         ns, name = meta(pvc)["namespace"], meta(pvc)["name"]
-        os.makedirs(pvc_dir(pv_root, ns, name), exist_ok=True)
+        d = pvc_dir(pv_root, ns, name)
+        os.makedirs(d, exist_ok=True)
+        os.chmod(d, 0o777)  # as a local-path provisioner makes it: any image user writes there
         req = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
         api.patch("persistentvolumeclaims", ns, name,
                   {"status": {"phase": "Bound", "capacity": req,

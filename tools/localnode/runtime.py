@@ -167,13 +167,13 @@ class Podman:
         return subprocess.run([PODMAN, "exec", cid, *cmd], capture_output=True, timeout=timeout)
 
     def remove(self, cid):
-        _run(["rm", "-f", "-t", "0", cid], check=False)
+        _run(["rm", "-f", "-v", "-t", "0", cid], check=False)  # -v: the image's VOLUMEs too
 
     def cleanup(self):
         """Removes every container of this node (also a crashed run's)."""
         ids = _run(["ps", "-a", "-q", "--filter", f"label={LABEL}={self.tag}"], check=False).stdout.split()
         if ids:
-            _run(["rm", "-f", "-t", "0", *ids], check=False, timeout=300)
+            _run(["rm", "-f", "-v", "-t", "0", *ids], check=False, timeout=300)
 
 
 class OomWatch(threading.Thread):
