@@ -19,6 +19,9 @@ KPY = os.environ.get("LOCALNODE_PYTHON",
 LOCALNODE = os.path.join(ROOT, "tools", "localnode", "localnode.py")
 OWNED_KINDS = ("pods,statefulsets,deployments,replicasets,services,configmaps,secrets,endpointslices,"
                "controllerrevisions,networkpolicies")
+# The CPU engine image (make images-test): the weights loader runs it too, as every pod starts
+# from an image in the node's storage.
+CPU_IMAGE = os.environ.get("E2E_CPU_IMAGE", "ghcr.io/tokenrouter/tokenrouter-cpu:0.1.0")
 # The operator's own mark on what it creates (its owned_selector).
 OPERATOR_LABELS = {"app.kubernetes.io/managed-by": "tokenrouter-operator"}
 
@@ -135,7 +138,7 @@ class Run:
                 {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
                  "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}},
                 {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": loader},
-                 "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "3600"],
+                 "spec": {"containers": [{"name": "c", "image": CPU_IMAGE, "command": ["sleep", "3600"],
                                           "volumeMounts": [{"name": "w", "mountPath": "/w"}]}],
                           "terminationGracePeriodSeconds": 1,
                           "volumes": [{"name": "w", "persistentVolumeClaim": {"claimName": claim}}]}}]}

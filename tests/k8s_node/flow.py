@@ -1,7 +1,9 @@
 """The Kubernetes flow end to end on the local node (issue 21 item 2), run by `make test-node-flow`
 (the last part of `make test`) inside with_node.sh: the e2e steps for examples/k8s/smollm2-cpu.yaml
-with both models writing tokens, then autoscaling under concurrent load, the drain back, a model
-pod killed mid-stream, and `kubectl delete trd`; the tune loop answering a routing change on the
+with both models writing tokens, then two gateway replicas, autoscaling under concurrent load, an
+image edit rolled group by group under that load, the drain back (the gateways learn their group
+list through a ConfigMap volume the node updates as late as a kubelet: LOCALNODE_CONFIGMAP_DELAY,
+30 s), a model pod killed mid-stream, and `kubectl delete trd`, no request failing throughout; the tune loop answering a routing change on the
 same example served by the simulator; me-three-models.yaml on the CPU to completions; and the GPU
 example up to its processes' start and their exit on delete."""
 import argparse
@@ -10,7 +12,6 @@ import concurrent.futures
 import json
 import os
 import re
-import signal
 import sys
 import threading
 import time
@@ -18,7 +19,11 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from e2e import ROOT, Run, StepFailed, base_steps, kjson, kubectl, parser, wait_until  # noqa: E402
+from e2e import CPU_IMAGE, ROOT, Run, StepFailed, base_steps, kjson, kubectl, parser, sh, wait_until  # noqa: E402
+
+POD_INDEX = "apps.kubernetes.io/pod-index"
+# The second tag of the CPU image that the roll step moves the resource to.
+ROLL_IMAGE = CPU_IMAGE.rsplit(":", 1)[0] + ":roll"
 
 
 def admin_port(pod):
@@ -57,6 +62,62 @@ class Flow(Run):
                 results.append("ok")
             except Exception as e:  # counted and reported by the step
                 results.append(f"{type(e).__name__}: {e}")
+
+    def pods_of(self, component=None):
+        pods = kjson("-n", self.ns, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")["items"]
+        if component == "gateway":
+            return [p for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/component") == "gateway"]
+        return [p for p in pods if "tokenrouter.io/model" in p["metadata"]["labels"]]
+
+    def two_gateways(self):
+        """Two gateway replicas, both Ready (each reads the group list from its own ConfigMap volume)."""
+        kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p",
+                json.dumps({"spec": {"gateway": {"replicas": 2}}}))
+
+        def two():
+            pods = [p for p in self.pods_of("gateway") if not p["metadata"].get("deletionTimestamp")]
+            ready = [p["metadata"]["name"] for p in pods if pod_ready(p)]
+            return len(ready) == 2, [p["metadata"]["name"] for p in pods]
+        return f"gateway pods {wait_until('two gateway pods Ready', two, 180, 1)}"
+
+    def roll(self):
+        """Under the load of the autoscale step, the resource moves to a new image tag (the CPU image
+        under a second tag): the operator lowers one partition over every model's StatefulSet and
+        the node's StatefulSet controller replaces the pods of group g only after every pod of the
+        groups above is updated and Ready; the gateway Deployment rolls too; no request fails."""
+        sh("podman", "tag", CPU_IMAGE, ROLL_IMAGE)
+        groups = self.status().get("groups")
+        n_models = len(self.spec["models"])
+        done_before = len(self.load_results)
+        kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p",
+                json.dumps({"spec": {"image": ROLL_IMAGE}}))
+        order = []  # groups in the order their first new pod appeared
+        early = []  # a group started while a higher one was not updated and Ready
+
+        def rolled():
+            pods = [p for p in self.pods_of() if not p["metadata"].get("deletionTimestamp")]
+            by_group = {}
+            for p in pods:
+                by_group.setdefault(int(p["metadata"]["labels"][POD_INDEX]), []).append(p)
+            for g, ps in sorted(by_group.items()):
+                if g not in order and any(image(p) == ROLL_IMAGE for p in ps):
+                    order.append(g)
+                    higher = [q for h, qs in by_group.items() if h > g for q in qs]
+                    if len(higher) < n_models * (groups - 1 - g) or not all(
+                            image(q) == ROLL_IMAGE and pod_ready(q) for q in higher):
+                        early.append(g)
+            gws = [p for p in self.pods_of("gateway") if not p["metadata"].get("deletionTimestamp")]
+            every = pods + gws
+            done = (len(pods) == n_models * groups and all(image(p) == ROLL_IMAGE and pod_ready(p) for p in every)
+                    and self.status().get("groups") == groups)
+            return done, {"order": order, "pods": {p["metadata"]["name"]: (image(p), pod_ready(p)) for p in every}}
+        info = wait_until("every pod at the new image and Ready", rolled, 600, 1)
+        assert not early, f"group(s) {early} rolled before the groups above were updated and Ready: {info}"
+        assert order == sorted(order, reverse=True) and len(order) == groups, f"roll order {order}"
+        window = self.load_results[done_before:]
+        failed = [r for r in window if r != "ok"]
+        assert not failed, f"{len(failed)} of {len(window)} requests failed during the roll: {failed[:3]}"
+        return f"groups rolled in order {order} to {ROLL_IMAGE}; {len(window)} requests during the roll, none failed"
 
     def autoscale(self):
         kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
@@ -166,7 +227,8 @@ class Flow(Run):
 
     def scale_down(self):
         """Most of the load stops; one client keeps streaming through the drain of the second
-        group, and no request of any client fails."""
+        group (behind two gateways whose group list reaches them only after the node's ConfigMap
+        delay), and no request of any client fails."""
         for stop in self.stops[1:]:
             stop.set()
         kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p", json.dumps(
@@ -184,7 +246,7 @@ class Flow(Run):
                                        f"app.kubernetes.io/instance={self.name},tokenrouter.io/model=reference")["items"])
         name = victim["metadata"]["name"]
         restarts = victim["status"]["containerStatuses"][0]["restartCount"]
-        pid = int(victim["status"]["containerStatuses"][0]["containerID"].split("://")[1])
+        cid = victim["status"]["containerStatuses"][0]["containerID"].split("://")[1]
         served = self.spec["gateway"].get("servedModelName") or self.name
         s = self.client().chat.completions.create(model=served, max_tokens=400, stream=True,
                                                   messages=[{"role": "user", "content": "Tell a long story."}])
@@ -194,7 +256,7 @@ class Flow(Run):
             for _ in s:
                 chunks += 1
                 if chunks == 3:
-                    os.kill(pid, signal.SIGKILL)
+                    sh("podman", "kill", "--signal", "KILL", cid)  # the container's main process
         except APIError as e:  # the SDK raises the stream's `event: error` as APIError
             err = e
         assert chunks >= 3, f"only {chunks} chunks before the end"
@@ -223,8 +285,18 @@ def variant(run, src, out, edit):
     return out
 
 
+def image(pod):
+    return pod["spec"]["containers"][0]["image"]
+
+
+def pod_ready(pod):
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in (pod.get("status") or {}).get("conditions") or [])
+
+
 def me_on_cpu(spec):
-    """me-three-models.yaml on the CPU: the three models on `cpu`, f32, no GPUs, one group."""
+    """me-three-models.yaml on the CPU: the three models on `cpu`, f32, no GPUs, one group, the CPU
+    image."""
+    spec["image"] = CPU_IMAGE
     for m in spec["models"]:
         m["device"] = "cpu"
         m.pop("resources", None)
@@ -254,8 +326,11 @@ def sim_tuning(spec):
 
 
 def gpu_short_of_cuda(spec):
-    """The GPU example as written, except what needs a Prometheus operator (ServiceMonitor CRD)."""
+    """The GPU example as written, except what needs a Prometheus operator (ServiceMonitor CRD) and
+    the image: the CUDA image is not built for tests (make images-test), so the CPU image stands in;
+    its processes start with the example's mounts and env and then fail without CUDA."""
     spec["serviceMonitor"] = False
+    spec["image"] = CPU_IMAGE
 
 
 class Sub(Flow):
@@ -300,8 +375,11 @@ class Sub(Flow):
 
 def main():
     p = parser()
+    # The operator's drain settle must outlast the node's ConfigMap delay (a kubelet's), or a gateway
+    # would still send requests to a group being removed.
+    delay = float(os.environ.get("LOCALNODE_CONFIGMAP_DELAY", "30"))
     p.set_defaults(trd=os.path.join(ROOT, "examples", "k8s", "smollm2-cpu.yaml"), autoscale_period=3,
-                   drain_settle=5, require_all_models=True)
+                   drain_settle=int(delay) + 10, require_all_models=True)
     for a in p._actions:
         if a.dest == "trd":
             a.required = False
@@ -310,7 +388,9 @@ def main():
     try:
         base_steps(run)
         run.step("completion through the openai SDK, both models write", run.completions, True)
+        run.step("two gateway replicas", run.two_gateways)
         run.step("concurrent load adds a group, requests spread", run.autoscale)
+        run.step("image edit rolls group by group under load, no failed request", run.roll)
         run.step("load stops: scale-down drains, no failed request", run.scale_down)
         run.step("model pod killed mid-stream: error, restart, Ready", run.kill_mid_stream)
         run.step("kubectl delete trd: SIGTERM exits, nothing left", run.delete)
