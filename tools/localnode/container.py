@@ -238,6 +238,8 @@ class Container(threading.Thread):
                 self._set(state={"waiting": {"reason": "CreateContainerError", "message": str(e)}})
                 self.stopping.wait(BACKOFF_START)
                 continue
+            if self.stopping.is_set():  # deleted while it was being created: stop() saw no process
+                self._kill(self.pod.grace())
             rc = self._watch()
             term = self._terminated(rc)
             self.runtime.remove(self.cid)

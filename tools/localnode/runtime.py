@@ -190,11 +190,16 @@ class OomWatch(threading.Thread):
                 path = next(line.split(":", 2)[2].strip() for line in f if line.split(":")[1] == "memory")
             self.dir = "/sys/fs/cgroup/memory" + path
             ofd = os.open(os.path.join(self.dir, "memory.oom_control"), os.O_RDONLY)
-            self.efd = os.eventfd(0)
-            with open(os.path.join(self.dir, "cgroup.event_control"), "w") as f:
-                f.write(f"{self.efd} {ofd}")
+            try:
+                self.efd = os.eventfd(0)
+                with open(os.path.join(self.dir, "cgroup.event_control"), "w") as f:
+                    f.write(f"{self.efd} {ofd}")
+            finally:
+                os.close(ofd)  # the registration holds what it needs
             self.oom = self._counted()
         except (OSError, StopIteration, IndexError):
+            if self.efd is not None:
+                os.close(self.efd)
             self.efd = None  # no v1 memory controller, or the container is gone already
             return
         self.start()
@@ -204,5 +209,8 @@ class OomWatch(threading.Thread):
             return any(line.startswith("oom_kill ") and int(line.split()[1]) > 0 for line in f)
 
     def run(self):
-        os.eventfd_read(self.efd)
-        self.oom = self.oom or os.path.isdir(self.dir)
+        try:
+            os.eventfd_read(self.efd)
+            self.oom = self.oom or os.path.isdir(self.dir)
+        finally:
+            os.close(self.efd)
