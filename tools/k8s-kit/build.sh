@@ -162,7 +162,7 @@ go_build() {
   t=$(ms); say "kitapi: go build (offline, GOPATH mode; several minutes on 2 cores)"
   if ! (
     export GOROOT=$goroot PATH="$goroot/bin:$PATH" GOPATH="$W/gopath:$W/root/usr/share/gocode" \
-           GO111MODULE=off GOTOOLCHAIN=local GOPROXY=off GOFLAGS= GOENV=off GOWORK=off \
+           GO111MODULE=off GOTOOLCHAIN=local GOPROXY=off GOFLAGS='' GOENV=off GOWORK=off \
            GOCACHE="${TOKENROUTER_K8S_GOCACHE:-$W/gocache}" CGO_ENABLED=0
     go version
     go build -trimpath -o "$W/kitapi" -ldflags "-s -w \
