@@ -35,10 +35,18 @@ podman run -d --name "$name" --read-only --user 65532:65532 \
 set +x
 
 # Wait for the "listening on" line; `logs -f` ends when the container exits.
-if ! timeout "$DEADLINE_S" podman logs -f "$name" 2>&1 | tee "$log" | grep -q -m1 'listening on'; then
+exec {logs}< <(timeout "$DEADLINE_S" podman logs -f "$name" 2>&1)
+logs_pid=$!
+up=0
+while IFS= read -r line <&"$logs"; do
+  echo "$line" >>"$log"
+  case $line in *'listening on'*) up=1; break ;; esac
+done
+kill "$logs_pid" 2>/dev/null || true
+exec {logs}<&-
+if [ "$up" != 1 ]; then
   echo "quickstart: FAIL: the server did not come up; its output:" >&2
   cat "$log" >&2
-  podman logs "$name" >&2 2>&1 || true
   exit 1
 fi
 hostport=$(podman port "$name" 30000/tcp)
