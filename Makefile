@@ -41,7 +41,7 @@ SMOLLM2_R2R  := $(CACHE)/routers/smollm2-135m-l12-healed-r2r
 EVAL_SETS    := $(wildcard $(ROOT)/data/eval/*.jsonl)
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
-.PHONY: build prefetch run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama \
+.PHONY: build prefetch run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
         nvcc cuda-compile gpu-check-dry gpu-bundle gpu-page
 
 # --- Python environments -----------------------------------------------------
@@ -188,9 +188,10 @@ bench: bench-engine bench-ablation bench-tuner bench-policies bench-gateway benc
 BENCH_RAW  ?= $(CACHE)/bench
 BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@ PYTHON=$(PY)
 LLAMA_VENV ?= $(CACHE)/venv-llama
-# llama.cpp's OpenAI server, built from source (CPU) by pip; only
+# llama.cpp's own C++ OpenAI server, built from source (CPU); only
 # bench-llamacpp needs it, never `make test`.
-LLAMA_PKGS := llama-cpp-python[server]==0.3.36
+LLAMA_SERVER_DIR ?= $(CACHE)/llama-server
+LLAMA_SERVER := $(LLAMA_SERVER_DIR)/bin/llama-server
 
 bench-engine: assets venv-ref
 	cargo build --release --example bench_engine
@@ -218,19 +219,17 @@ bench-policies: assets
 bench-eval: assets $(SMOLLM2_MID_HEALED)/config.json
 	$(BENCH_ENV) tools/bench/eval.sh
 
-# pip compiles llama.cpp with CMake (from PyPI when missing): ~10 min on 2 cores,
+# llama-server from the llama.cpp that the llama-cpp-python sdist vendors
+# (PyPI), CMake from pip's wheel in LLAMA_VENV: ~10 min on 2 cores (niced),
 # with this CPU's SIMD but without AMX (tools/bench/llama_cmake_args.sh says why).
-$(LLAMA_VENV)/.llama-noamx.stamp: tools/bench/llama_cmake_args.sh
-	test -x $(LLAMA_VENV)/bin/python || python3 -m venv $(LLAMA_VENV)
-	CMAKE_ARGS="$$(tools/bench/llama_cmake_args.sh)" $(LLAMA_VENV)/bin/pip install -q \
-	  --disable-pip-version-check --no-cache-dir --force-reinstall '$(LLAMA_PKGS)'
-	touch $@
+$(LLAMA_SERVER_DIR)/.built: tools/bench/llama_server_build.sh tools/bench/llama_cmake_args.sh
+	tools/bench/llama_server_build.sh $(LLAMA_SERVER_DIR) $(LLAMA_VENV)
 
-venv-llama: $(LLAMA_VENV)/.llama-noamx.stamp
+llama-server venv-llama: $(LLAMA_SERVER_DIR)/.built
 
-# llama.cpp and us on the same GGUF, driven by the same load generator.
-bench-llamacpp: assets venv-llama
-	$(BENCH_ENV) LLAMA_PY=$(LLAMA_VENV)/bin/python GGUF=$(SMOLLM2_GGUF) tools/bench/llamacpp.sh
+# llama-server and us on the same GGUF, driven by the same load generator.
+bench-llamacpp: assets llama-server build
+	$(BENCH_ENV) LLAMA_SERVER=$(LLAMA_SERVER) GGUF=$(SMOLLM2_GGUF) tools/bench/llamacpp.sh
 
 bench-gateway: assets
 	cargo build --release --example bench_gateway

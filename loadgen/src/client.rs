@@ -10,8 +10,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper1::header;
 use serde_json::{json, Value};
+
+use crate::conn::{chain, Link};
 
 /// Which OpenAI endpoint to call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -96,6 +100,9 @@ pub struct Outcome {
     pub switches: Option<usize>,
     /// `finish_reason` of the choice.
     pub finish_reason: Option<String>,
+    /// Sends retried because they provably never reached the server (a
+    /// reused keep-alive connection closed before any response byte).
+    pub client_retries: usize,
 }
 
 impl Outcome {
@@ -185,9 +192,33 @@ pub fn drain_events(buf: &mut String) -> Vec<String> {
     out
 }
 
-/// Sends one streaming request and times it.
+/// The request `spec` sends for `prompt`, built anew for each try.
+fn build_request(
+    spec: &RequestSpec,
+    link: &Link,
+    body: &Bytes,
+) -> Result<hyper1::Request<Full<Bytes>>, hyper1::http::Error> {
+    let url = spec.url();
+    // The path after `http://authority` (the URL the link was made from).
+    let path = url
+        .strip_prefix("http://")
+        .and_then(|r| r.find('/').map(|i| &r[i..]))
+        .unwrap_or("/");
+    let mut req = hyper1::Request::post(path)
+        .header(header::HOST, link.authority())
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "text/event-stream");
+    if let Some(key) = &spec.api_key {
+        req = req.header(header::AUTHORIZATION, format!("Bearer {key}"));
+    }
+    req.body(Full::new(body.clone()))
+}
+
+/// Sends one streaming request over `link` and times it. A send that
+/// provably never reached the server is retried (see [`crate::conn`]) and
+/// counted in [`Outcome::client_retries`], from the same start time.
 pub async fn send(
-    client: &reqwest::Client,
+    link: &mut Link,
     spec: &RequestSpec,
     prompt: &str,
     max_tokens: usize,
@@ -195,35 +226,58 @@ pub async fn send(
 ) -> Outcome {
     let t0 = Instant::now();
     let mut out = Outcome::default();
-    let mut req = client
-        .post(spec.url())
-        .json(&spec.body(prompt, max_tokens, seed));
-    if let Some(key) = &spec.api_key {
-        req = req.bearer_auth(key);
-    }
-    let resp = match req.send().await {
+    let body = Bytes::from(spec.body(prompt, max_tokens, seed).to_string());
+    let request = match build_request(spec, link, &body) {
         Ok(r) => r,
         Err(e) => {
-            out.error = Some(format!("connect: {e}"));
+            out.error = Some(format!("bad request: {}", chain(&e)));
+            return out;
+        }
+    };
+    // Built once above (so a bad header fails before any send); cloned per try.
+    let sent = link
+        .send(|| {
+            let mut r = hyper1::Request::new(request.body().clone());
+            *r.method_mut() = request.method().clone();
+            *r.uri_mut() = request.uri().clone();
+            *r.headers_mut() = request.headers().clone();
+            r
+        })
+        .await;
+    let resp = match sent {
+        Ok(s) => {
+            out.client_retries = s.retries;
+            s.response
+        }
+        Err(f) => {
+            out.client_retries = f.retries;
+            out.error = Some(f.error.to_string());
             out.e2e = t0.elapsed();
             return out;
         }
     };
     out.status = resp.status().as_u16();
-    if !resp.status().is_success() {
-        let body = resp.text().await.unwrap_or_default();
-        out.error = Some(format!("HTTP {}: {}", out.status, body.trim()));
+    let mut body = resp.into_body();
+    if out.status != 200 {
+        let text = body
+            .collect()
+            .await
+            .map(|c| String::from_utf8_lossy(&c.to_bytes()).trim().to_string())
+            .unwrap_or_default();
+        out.error = Some(format!("HTTP {}: {text}", out.status));
         out.e2e = t0.elapsed();
         return out;
     }
     let mut done = false;
     let mut buf = String::new();
-    let mut bytes = resp.bytes_stream();
-    while let Some(piece) = bytes.next().await {
-        let piece = match piece {
-            Ok(p) => p,
+    while let Some(frame) = body.frame().await {
+        let piece = match frame {
+            Ok(f) => match f.into_data() {
+                Ok(d) => d,
+                Err(_) => continue, // trailers
+            },
             Err(e) => {
-                out.error = Some(format!("stream: {e}"));
+                out.error = Some(format!("stream: {}", chain(&e)));
                 break;
             }
         };
@@ -244,6 +298,7 @@ pub async fn send(
         }
     }
     out.e2e = t0.elapsed();
+    link.mark_idle();
     if out.completion_tokens == 0 {
         out.completion_tokens = out.token_times.len();
     }

@@ -286,7 +286,7 @@ mod tests {
     #[test]
     fn texts_come_from_the_lowest_concurrency_and_ok_rows() {
         let csv = format!(
-            "{}\n4,0,1,200,,0,2,,,1,,,,,,late\n1,0,1,200,,0,2,,,1,,,,,,early\n1,1,1,429,x,0,0,,,1,,,,,,\n",
+            "{}\n4,0,1,200,,0,2,,,1,,,,,,late,0\n1,0,1,200,,0,2,,,1,,,,,,early,1\n1,1,1,429,x,0,0,,,1,,,,,,,0\n",
             crate::bench::record::CSV_HEADER
         );
         let t = texts_by_index(&csv);

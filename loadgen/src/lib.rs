@@ -10,6 +10,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod compare;
+pub mod conn;
 pub mod dataset;
 pub mod eval;
 pub mod frontier;

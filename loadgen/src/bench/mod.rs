@@ -13,7 +13,8 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::client::{send, RequestSpec};
+use crate::client::{send, Outcome, RequestSpec};
+use crate::conn::Link;
 use crate::dataset::Prompt;
 use crate::seeds::request_seed;
 pub use record::RequestRecord;
@@ -39,9 +40,9 @@ pub struct RunSettings {
 }
 
 /// Sends `count` requests from `prompts` (cyclically, starting at `first`)
-/// with `settings.concurrency` clients; returns them in index order.
+/// with `settings.concurrency` clients, each on its own keep-alive
+/// connection; returns them in index order.
 async fn closed_loop(
-    client: &reqwest::Client,
     settings: &RunSettings,
     prompts: &Arc<Vec<Prompt>>,
     first: usize,
@@ -51,15 +52,11 @@ async fn closed_loop(
     let next = Arc::new(AtomicUsize::new(0));
     let mut workers = Vec::new();
     for _ in 0..settings.concurrency.max(1) {
-        let (client, settings, prompts, next, bar) = (
-            client.clone(),
-            settings.clone(),
-            prompts.clone(),
-            next.clone(),
-            bar.clone(),
-        );
+        let (settings, prompts, next, bar) =
+            (settings.clone(), prompts.clone(), next.clone(), bar.clone());
         workers.push(tokio::spawn(async move {
             let mut done = Vec::new();
+            let mut link = Link::new(&settings.spec.base_url);
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= count {
@@ -70,7 +67,13 @@ async fn closed_loop(
                 let max_tokens = p.max_tokens.unwrap_or(settings.max_tokens);
                 let seed = request_seed(settings.seed, index as u64);
                 let started = Instant::now();
-                let out = send(&client, &settings.spec, &p.text, max_tokens, seed).await;
+                let out = match &mut link {
+                    Ok(link) => send(link, &settings.spec, &p.text, max_tokens, seed).await,
+                    Err(e) => Outcome {
+                        error: Some(e.to_string()),
+                        ..Outcome::default()
+                    },
+                };
                 bar.inc(1);
                 done.push(RequestRecord::new(
                     index,
@@ -100,10 +103,8 @@ pub async fn run(
     prompts: Arc<Vec<Prompt>>,
     large_model: Option<&str>,
 ) -> (Vec<RequestRecord>, Summary) {
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(settings.concurrency.max(1) * 2)
-        .build()
-        .unwrap_or_default();
+    // Only for the /metrics scrapes; requests go over each client's Link.
+    let client = reqwest::Client::new();
     let bar = if settings.progress {
         let bar = ProgressBar::new((settings.warmup + settings.num_prompts) as u64);
         bar.set_style(
@@ -120,7 +121,6 @@ pub async fn run(
     // Warm-up prompts come after the measured ones in the cycle, so the
     // measured set is the same whatever the warm-up length.
     closed_loop(
-        &client,
         settings,
         &prompts,
         settings.num_prompts,
@@ -131,7 +131,7 @@ pub async fn run(
     let key = settings.spec.api_key.as_deref();
     let before = work::scrape(&client, &settings.spec.base_url, key).await;
     let t0 = Instant::now();
-    let records = closed_loop(&client, settings, &prompts, 0, settings.num_prompts, &bar).await;
+    let records = closed_loop(settings, &prompts, 0, settings.num_prompts, &bar).await;
     let wall = t0.elapsed();
     let after = work::scrape(&client, &settings.spec.base_url, key).await;
     bar.finish_and_clear();

@@ -45,7 +45,7 @@ impl RequestRecord {
 
 /// Header of the per-request CSV.
 pub const CSV_HEADER: &str = "concurrency,index,seed,status,error,prompt_tokens,completion_tokens,\
-ttft_ms,tpot_ms,e2e_ms,itl_p50_ms,itl_max_ms,switches,tokens_by_model,finish_reason,text";
+ttft_ms,tpot_ms,e2e_ms,itl_p50_ms,itl_max_ms,switches,tokens_by_model,finish_reason,text,client_retries";
 
 /// Quotes a CSV field when it needs it (RFC 4180).
 pub fn csv_field(s: &str) -> String {
@@ -88,6 +88,7 @@ impl RequestRecord {
             csv_field(&by_model),
             csv_field(o.finish_reason.as_deref().unwrap_or("")),
             csv_field(&o.text),
+            o.client_retries.to_string(),
         ]
         .join(",")
     }
@@ -131,7 +132,7 @@ mod tests {
         assert_eq!(lines[0], CSV_HEADER);
         assert_eq!(
             lines[1],
-            "4,3,99,200,,0,2,5.000,10.000,15.000,10.000,10.000,0,quick=2,,\"x, \"\"y\"\"\""
+            "4,3,99,200,,0,2,5.000,10.000,15.000,10.000,10.000,0,quick=2,,\"x, \"\"y\"\"\",0"
         );
     }
 }

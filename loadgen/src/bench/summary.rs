@@ -20,6 +20,11 @@ pub struct Summary {
     pub failed: usize,
     /// First failure message, if any.
     pub first_error: Option<String>,
+    /// Sends the load generator retried because they provably never reached
+    /// the server (a reused keep-alive connection closed before any response
+    /// byte; see `loadgen::conn`): the client's, not counted as failures.
+    #[serde(default)]
+    pub client_retries: usize,
     /// Wall time of the measured part (s).
     pub duration_s: f64,
     /// Output tokens per second (completed requests).
@@ -87,6 +92,7 @@ impl Summary {
             completed: ok.len(),
             failed: records.len() - ok.len(),
             first_error: records.iter().find_map(|r| r.outcome.error.clone()),
+            client_retries: records.iter().map(|r| r.outcome.client_retries).sum(),
             duration_s: wall.as_secs_f64(),
             output_tok_s: output_tokens as f64 / secs,
             request_s: ok.len() as f64 / secs,
@@ -114,7 +120,7 @@ impl Summary {
             .switches_per_100_tokens
             .map_or_else(String::new, |s| format!(", {s:.1} switches/100 tok"));
         format!(
-            "N={}: {:.1} tok/s, {:.2} req/s, TTFT p50/p99 {} ms, ITL p50/p99 {} ms, e2e p50/p99 {} ms, {} ok, {} failed{share}{sw}",
+            "N={}: {:.1} tok/s, {:.2} req/s, TTFT p50/p99 {} ms, ITL p50/p99 {} ms, e2e p50/p99 {} ms, {} ok, {} failed, {} client retries{share}{sw}",
             self.concurrency,
             self.output_tok_s,
             self.request_s,
@@ -122,7 +128,8 @@ impl Summary {
             p(&self.itl_ms),
             p(&self.e2e_ms),
             self.completed,
-            self.failed
+            self.failed,
+            self.client_retries
         )
     }
 }
@@ -160,6 +167,7 @@ mod tests {
         let s = Summary::of(&records, 2, Duration::from_secs(2), Some("reference"));
         assert_eq!((s.completed, s.failed), (2, 1));
         assert_eq!(s.first_error.as_deref(), Some("HTTP 429"));
+        assert_eq!(s.client_retries, 0);
         assert_eq!(s.output_tokens, 40);
         assert!((s.output_tok_s - 20.0).abs() < 1e-9);
         assert!((s.request_s - 1.0).abs() < 1e-9);
