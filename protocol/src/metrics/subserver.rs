@@ -63,6 +63,9 @@ pub const PREFIX_CACHE_QUERIES_TOTAL: &str = "tokenrouter_prefix_cache_queries_t
 pub const PREFIX_CACHE_HITS_TOTAL: &str = "tokenrouter_prefix_cache_hits_total";
 /// Counter `{model}`: requests preempted for lack of KV memory.
 pub const NUM_PREEMPTIONS_TOTAL: &str = "tokenrouter_num_preemptions_total";
+/// Counter `{model}`: failed KV frees (a double free or a leaked block);
+/// anything above zero is a bug.
+pub const KV_FREE_ERRORS_TOTAL: &str = "tokenrouter_kv_free_errors_total";
 /// Counter `{finished_reason}`: requests that ended normally.
 pub const REQUEST_SUCCESS_TOTAL: &str = "tokenrouter_request_success_total";
 /// Counter `{error_type}`: requests that failed.
@@ -126,6 +129,7 @@ pub const ALL: &[MetricDef] = &[
     MetricDef::new(PREFIX_CACHE_QUERIES_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(PREFIX_CACHE_HITS_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(NUM_PREEMPTIONS_TOTAL, MetricKind::Counter, MODEL),
+    MetricDef::new(KV_FREE_ERRORS_TOTAL, MetricKind::Counter, MODEL),
     MetricDef::new(
         REQUEST_SUCCESS_TOTAL,
         MetricKind::Counter,

@@ -6,6 +6,9 @@
 pub mod planner;
 pub mod sequence;
 
+#[cfg(test)]
+mod cancel_tests;
+
 use std::collections::VecDeque;
 
 use tracing::debug;
@@ -176,7 +179,7 @@ impl<R: ModelRunner> BatchEngine<R> {
         }
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             self.running.remove(i);
-            let _ = self.runner.kv().free(id);
+            self.runner.kv().discard(id);
             return true;
         }
         false
@@ -263,7 +266,7 @@ impl<R: ModelRunner> BatchEngine<R> {
                     .release(seq.id, &all[..seq.computed])
                     .is_err()
                 {
-                    let _ = self.runner.kv().free(seq.id);
+                    self.runner.kv().discard(seq.id);
                 }
                 self.finished.push(Completion {
                     id: seq.id,
@@ -344,7 +347,7 @@ impl<R: ModelRunner> PlanTable for BatchEngine<R> {
             return;
         };
         let mut seq = self.running.remove(i);
-        let _ = self.runner.kv().free(seq.id);
+        self.runner.kv().discard(seq.id);
         seq.computed = 0;
         seq.preemptions += 1;
         debug!(id = seq.id, "preempted: KV pool exhausted");
@@ -359,7 +362,7 @@ impl<R: ModelRunner> PlanTable for BatchEngine<R> {
         // Undo the admission: back to the queue's front, KV freed.
         if let Some(i) = self.running.iter().position(|s| s.id == id) {
             let mut seq = self.running.remove(i);
-            let _ = self.runner.kv().free(seq.id);
+            self.runner.kv().discard(seq.id);
             seq.computed = 0;
             self.waiting.push_front(seq);
         }

@@ -21,6 +21,8 @@ pub struct KvManager {
     allocator: BlockAllocator,
     cache: Option<PrefixCache>,
     requests: HashMap<u64, RequestKv>,
+    /// Failed [`Self::free`] calls: each one is a double free or a leak.
+    free_errors: u64,
 }
 
 impl KvManager {
@@ -34,6 +36,7 @@ impl KvManager {
             allocator: BlockAllocator::new(num_blocks, block_size)?,
             cache: enable_prefix_cache.then(|| PrefixCache::new(block_size)),
             requests: HashMap::new(),
+            free_errors: 0,
         })
     }
 
@@ -202,7 +205,32 @@ impl KvManager {
     }
 
     /// Drops `rid`'s blocks without caching them (cancel, preemption).
+    /// A failure means a double free or a leaked block: it is logged at
+    /// error level and counted in [`Self::free_errors`], whoever the caller.
     pub fn free(&mut self, rid: u64) -> Result<(), KvError> {
+        let out = self.free_blocks(rid);
+        if let Err(e) = &out {
+            self.free_errors += 1;
+            tracing::error!(rid, error = %e, "KV free failed: a double free or a leaked block");
+        }
+        out
+    }
+
+    /// [`Self::free`] for a caller with nothing to do on failure (cancel,
+    /// preemption, a request leaving): the failure is already logged and
+    /// counted, so tests and `/metrics` see it.
+    pub fn discard(&mut self, rid: u64) {
+        if self.free(rid).is_err() {
+            // Logged and counted in `free`.
+        }
+    }
+
+    /// Failed frees since the pool was made; any above zero is a bug.
+    pub fn free_errors(&self) -> u64 {
+        self.free_errors
+    }
+
+    fn free_blocks(&mut self, rid: u64) -> Result<(), KvError> {
         let request = self
             .requests
             .remove(&rid)
@@ -408,7 +436,12 @@ mod tests {
         assert_eq!(kv.num_free_blocks(), 4);
         assert_eq!(kv.num_cached_blocks(), 0);
         assert!(!kv.contains(1));
+        assert_eq!(kv.free_errors(), 0);
         assert_eq!(kv.free(1).unwrap_err(), KvError::UnknownRequest { rid: 1 });
+        // A double free is counted, so a scheduler's checks see it.
+        assert_eq!(kv.free_errors(), 1);
+        kv.discard(1);
+        assert_eq!(kv.free_errors(), 2);
         assert_eq!(kv.prefix_cache_stats(), PrefixCacheStats::default());
         kv.check_consistency().unwrap();
     }

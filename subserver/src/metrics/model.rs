@@ -27,6 +27,7 @@ pub struct ModelMetrics {
     prefix_queries: IntCounter,
     prefix_hits: IntCounter,
     preemptions: IntCounter,
+    kv_free_errors: IntCounter,
 }
 
 // Here rather than in `subserver.rs`, so that the shared collectors do not
@@ -60,6 +61,7 @@ impl ModelMetrics {
             prefix_queries: shared.prefix_queries.with_label_values(m),
             prefix_hits: shared.prefix_hits.with_label_values(m),
             preemptions: shared.preemptions.with_label_values(m),
+            kv_free_errors: shared.kv_free_errors.with_label_values(m),
             model: model.to_string(),
             shared,
         }
@@ -204,6 +206,13 @@ impl ModelMetrics {
         self.preemptions.inc_by(n);
     }
 
+    /// Raises the failed-KV-free counter to `total` (the KV pool's own
+    /// count); a counter never goes down.
+    pub fn set_kv_free_errors(&self, total: u64) {
+        self.kv_free_errors
+            .inc_by(total.saturating_sub(self.kv_free_errors.get()));
+    }
+
     /// Counts a request that ended normally (see [`SubserverMetrics::add_success`]).
     pub fn add_success(&self, finished_reason: &str) {
         self.shared.add_success(finished_reason);
@@ -261,13 +270,15 @@ mod tests {
         quick.add_tokens(11);
         quick.add_prefix_cache(10, 6).unwrap();
         quick.add_preemptions(2);
+        quick.set_kv_free_errors(3);
+        quick.set_kv_free_errors(2);
         quick.add_success("stop");
         quick.add_failure("kv_cache");
         quick.add_peer_message("reference", "req");
         let (text, e) = scrape(&registry);
 
         let m = [("model", "quick")];
-        let expect: [Expected; 14] = [
+        let expect: [Expected; 15] = [
             (names::NUM_REQUESTS_RUNNING, "gauge", &m, 3.0),
             (names::NUM_REQUESTS_WAITING, "gauge", &m, 2.0),
             (names::NUM_REQUESTS_PENDING, "gauge", &m, 1.0),
@@ -284,6 +295,7 @@ mod tests {
             (names::PREFIX_CACHE_QUERIES_TOTAL, "counter", &m, 10.0),
             (names::PREFIX_CACHE_HITS_TOTAL, "counter", &m, 6.0),
             (names::NUM_PREEMPTIONS_TOTAL, "counter", &m, 2.0),
+            (names::KV_FREE_ERRORS_TOTAL, "counter", &m, 3.0),
             (
                 names::REQUEST_SUCCESS_TOTAL,
                 "counter",

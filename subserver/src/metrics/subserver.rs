@@ -32,6 +32,7 @@ pub struct SubserverMetrics {
     pub(super) prefix_queries: IntCounterVec,
     pub(super) prefix_hits: IntCounterVec,
     pub(super) preemptions: IntCounterVec,
+    pub(super) kv_free_errors: IntCounterVec,
     pub(super) request_success: IntCounterVec,
     pub(super) request_failure: IntCounterVec,
     pub(super) peer_messages: IntCounterVec,
@@ -134,6 +135,11 @@ impl SubserverMetrics {
             preemptions: int_counter(
                 names::NUM_PREEMPTIONS_TOTAL,
                 "Requests preempted for lack of KV cache memory.",
+                model,
+            )?,
+            kv_free_errors: int_counter(
+                names::KV_FREE_ERRORS_TOTAL,
+                "Failed KV frees: a double free or a leaked block (a bug when above zero).",
                 model,
             )?,
             request_success: int_counter(
@@ -267,6 +273,10 @@ impl SubserverMetrics {
             (
                 names::NUM_PREEMPTIONS_TOTAL,
                 Box::new(self.preemptions.clone()),
+            ),
+            (
+                names::KV_FREE_ERRORS_TOTAL,
+                Box::new(self.kv_free_errors.clone()),
             ),
             (
                 names::REQUEST_SUCCESS_TOTAL,

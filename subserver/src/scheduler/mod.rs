@@ -18,6 +18,8 @@ pub mod shared;
 pub mod stats;
 
 #[cfg(test)]
+mod cancel_tests;
+#[cfg(test)]
 mod signal_tests;
 #[cfg(test)]
 mod tests;

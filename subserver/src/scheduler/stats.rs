@@ -58,6 +58,8 @@ pub struct StatsSnapshot {
     pub kv_available_blocks: usize,
     /// Blocks in the pool.
     pub kv_blocks: usize,
+    /// Failed KV frees (a double free or a leak): a bug when above zero.
+    pub kv_free_errors: u64,
     /// Active requests in the group.
     pub active: usize,
     /// Current B.
@@ -323,6 +325,13 @@ impl SchedulerStats {
         if let Some(m) = self.metrics() {
             m.set_queue(running, waiting, pending);
             let _ = m.set_kv_usage(kv_usage.clamp(0.0, 1.0));
+        }
+    }
+
+    pub(crate) fn set_kv_free_errors(&self, total: u64) {
+        self.with(|s| s.kv_free_errors = total);
+        if let Some(m) = self.metrics() {
+            m.set_kv_free_errors(total);
         }
     }
 

@@ -15,24 +15,26 @@ use crate::scheduler::client::{RequestError, StreamEvent, SubmitOptions, Usage};
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 
 /// Deadline of every wait: only a hang reaches it, even on a loaded machine.
-const HANG: Duration = Duration::from_secs(60);
+pub(super) const HANG: Duration = Duration::from_secs(60);
 
-struct Opts {
-    latencies: [f64; 2],
-    p: f64,
-    thresholds: [usize; 2],
-    mode: ExecutionMode,
-    fallback: bool,
-    peer_timeout: Duration,
-    kv_tokens: usize,
+pub(super) struct Opts {
+    pub(super) latencies: [f64; 2],
+    pub(super) p: f64,
+    pub(super) thresholds: [usize; 2],
+    pub(super) mode: ExecutionMode,
+    pub(super) fallback: bool,
+    pub(super) peer_timeout: Duration,
+    pub(super) kv_tokens: usize,
+    /// Step budgets of both models.
+    pub(super) limits: EngineLimits,
     /// Sim runners return random logits (the scheduler samples).
-    logits: bool,
+    pub(super) logits: bool,
     /// Vocabulary of the sim runners (token 0 is their EOS).
-    vocab: usize,
+    pub(super) vocab: usize,
     /// The sim runners draw their EOS like any token.
-    emit_eos: bool,
-    target_large_share: Option<f64>,
-    max_batch_wait: Duration,
+    pub(super) emit_eos: bool,
+    pub(super) target_large_share: Option<f64>,
+    pub(super) max_batch_wait: Duration,
 }
 
 impl Default for Opts {
@@ -50,11 +52,15 @@ impl Default for Opts {
             emit_eos: false,
             target_large_share: None,
             max_batch_wait: Duration::from_millis(20),
+            limits: EngineLimits {
+                max_batched_tokens: 256,
+                max_batch_size: 64,
+            },
         }
     }
 }
 
-fn group(o: &Opts) -> Group {
+pub(super) fn group(o: &Opts) -> Group {
     let kwargs = serde_json::json!({"probability": o.p, "seed": 11, "target": 1});
     let env = PolicyEnv {
         threshold: Some(LiveThreshold::new(o.p)),
@@ -97,10 +103,7 @@ fn group(o: &Opts) -> Group {
         fallback_on_peer_failure: o.fallback,
         peer_timeout: o.peer_timeout,
         max_batch_wait: o.max_batch_wait,
-        limits: EngineLimits {
-            max_batched_tokens: 256,
-            max_batch_size: 64,
-        },
+        limits: o.limits,
         target_large_share: o.target_large_share,
         ..GroupSettings::default()
     };
@@ -108,7 +111,7 @@ fn group(o: &Opts) -> Group {
 }
 
 /// Waits for the end of a request; returns its tokens (with writers) and outcome.
-fn collect(
+pub(super) fn collect(
     rx: &mut UnboundedReceiver<StreamEvent>,
     limit: Duration,
 ) -> (Vec<(u32, u16)>, Result<Usage, RequestError>) {
@@ -132,11 +135,12 @@ fn collect(
 }
 
 /// Every model has freed every block once the group is idle.
-fn assert_kv_returned(g: &Group) {
+pub(super) fn assert_kv_returned(g: &Group) {
     let deadline = Instant::now() + HANG;
     loop {
         let ok = (0..2).all(|m| {
             let s = g.stats(m);
+            assert_eq!(s.kv_free_errors, 0, "a KV free failed at model {m}");
             s.kv_requests == 0 && s.kv_available_blocks == s.kv_blocks && s.kv_blocks > 0
         });
         if ok {
@@ -297,7 +301,7 @@ fn routing_probability_zero_and_one() {
 }
 
 /// Blocks until the request streams its first token (or ends).
-fn first_token(rx: &mut UnboundedReceiver<StreamEvent>) {
+pub(super) fn first_token(rx: &mut UnboundedReceiver<StreamEvent>) {
     let deadline = Instant::now() + HANG;
     loop {
         assert!(Instant::now() < deadline, "no token arrived");

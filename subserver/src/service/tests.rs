@@ -111,7 +111,14 @@ fn in_process_group_from_yaml_serves_metrics_and_admin() {
         r#"{"delayed_batching_threshold":{"reference":[1,3,3]}}"#,
     );
     assert_eq!(code, 200, "{body}");
-    std::thread::sleep(Duration::from_millis(100));
+    // The PUT queued the table on each scheduler's inbox before answering;
+    // an invariant check is answered from the same inbox, in order, so its
+    // reply means the table is in force (an event, not a guessed delay).
+    for m in 0..2 {
+        svc.group()
+            .check_invariants(m, Duration::from_secs(60))
+            .unwrap();
+    }
     let (_, body) = http(addr, "GET", "/admin/thresholds", "");
     assert!(body.contains("[1,3,3]"), "{body}");
     let (code, body) = http(

@@ -20,7 +20,7 @@ impl<R: ModelRunner> Scheduler<R> {
         let kv = self.runner.kv();
         let cached = cache && kv.release(seq.rid, &seq.tokens[..seq.computed]).is_ok();
         if !cached {
-            let _ = kv.free(seq.rid);
+            kv.discard(seq.rid);
         }
     }
 
@@ -135,6 +135,7 @@ impl<R: ModelRunner> Scheduler<R> {
             kv.num_available_blocks(),
             kv.num_blocks(),
         );
+        self.stats.set_kv_free_errors(kv.free_errors());
         self.stats.set_concurrency(
             self.n_active(),
             threshold(&self.cfg.thresholds, self.n_active()),

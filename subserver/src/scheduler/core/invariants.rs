@@ -13,6 +13,12 @@ impl<R: ModelRunner> Scheduler<R> {
         let kv = self.runner.kv_ref();
         kv.check_consistency()
             .map_err(|e| format!("KV pool: {e}"))?;
+        if kv.free_errors() > 0 {
+            return Err(format!(
+                "{} KV frees failed (a double free or a leak)",
+                kv.free_errors()
+            ));
+        }
         let mut admitted = 0;
         let mut homes = 0;
         for seq in self.seqs.values() {

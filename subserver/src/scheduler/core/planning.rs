@@ -101,7 +101,7 @@ impl<R: ModelRunner> PlanTable for Scheduler<R> {
             seq.admitted = false;
             seq.computed = 0;
         }
-        let _ = self.runner.kv().free(victim);
+        self.runner.kv().discard(victim);
         self.stats.count_preemption();
         debug!(rid = victim, "preempted to free KV blocks");
     }
