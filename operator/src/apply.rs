@@ -12,6 +12,7 @@ use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::Action;
@@ -179,6 +180,11 @@ async fn apply_objects(
         ssa(&services, service).await?;
         applied.push(ssa(&sets, set).await?);
     }
+    ssa(
+        &Api::<PodDisruptionBudget>::namespaced(client.clone(), ns),
+        &desired.disruption_budget,
+    )
+    .await?;
     ssa(&services, &desired.gateway_service).await?;
     let gateway = ssa(&deploys, &desired.gateway).await?;
     Ok((applied, gateway))

@@ -14,6 +14,7 @@ pub mod context;
 pub mod controller;
 pub mod error;
 pub mod events;
+pub mod gpu_fit;
 pub mod groups;
 pub mod metrics;
 pub mod names;

@@ -54,6 +54,11 @@ pub fn model_set(trd: &TokenRouterDeployment, model: &str) -> String {
     format!("{}-{model}", instance(trd))
 }
 
+/// Model names that would give a model's StatefulSet or Service the name
+/// of another object: `NAME-group` (the `podPerGroup` set) and
+/// `NAME-gateway` (the gateway's Service). The CRD's CEL rule refuses them too.
+pub const RESERVED_MODEL_NAMES: [&str; 2] = ["group", "gateway"];
+
 /// StatefulSet and headless Service of whole groups (`podPerGroup`).
 pub fn group_set(trd: &TokenRouterDeployment) -> String {
     format!("{}-group", instance(trd))

@@ -2,7 +2,7 @@
 //! depend on other fields in ways CEL keeps too costly): pure, so unit tests
 //! cover every reason.
 
-use crds::v1alpha1::Backend;
+use crds::v1alpha1::{Backend, ModelSpec, Placement};
 use crds::TokenRouterDeployment;
 
 use crate::names;
@@ -35,6 +35,32 @@ fn name_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> {
         .find_map(|n| too_long(n, "StatefulSet", MAX_STATEFULSET_NAME))
         .or_else(|| too_long(&names::gateway(trd), "Service", MAX_SERVICE_NAME))
 }
+
+/// Under MPS every serving pod must request `nvidia.com/gpu`: the device
+/// plugin injects the MPS pipe directory only into containers it gives a
+/// GPU replica, and a pod without one would run outside MPS (or on no GPU).
+fn mps_request_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> {
+    crate::build::mps::of(&trd.spec)?;
+    let pods: Vec<&ModelSpec> = match trd.spec.placement {
+        Placement::PodPerModel => trd.spec.models.iter().collect(),
+        Placement::PodPerGroup => trd.spec.models.iter().filter(|m| m.entry).collect(),
+    };
+    let missing = pods.into_iter().find(|m| {
+        let limits = m.resources.as_ref().and_then(|r| r.limits.as_ref());
+        !limits.is_some_and(|l| l.get(GPU).is_some_and(|q| q.0 != "0"))
+    })?;
+    Some((
+        "MpsWithoutGpuRequest".into(),
+        format!(
+            "nodePool.mps is enabled but model {} requests no {GPU}: set \
+             resources.limits.{GPU}: 1 (one MPS replica of the device plugin)",
+            missing.name
+        ),
+    ))
+}
+
+/// The device plugin's resource name.
+const GPU: &str = "nvidia.com/gpu";
 
 /// The first spec problem of `trd`, as (reason, message).
 pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
@@ -79,7 +105,27 @@ pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
             }
         }
     }
+    if let Some(m) = spec
+        .models
+        .iter()
+        .find(|m| names::RESERVED_MODEL_NAMES.contains(&m.name.as_str()))
+    {
+        return Some((
+            "ReservedModelName".into(),
+            format!(
+                "a model may not be named {}: NAME-{} names another object \
+                 (the podPerGroup StatefulSet or the gateway's Service)",
+                m.name, m.name
+            ),
+        ));
+    }
     if let Some(p) = name_problem(trd) {
+        return Some(p);
+    }
+    if let Some(p) = mps_request_problem(trd) {
+        return Some(p);
+    }
+    if let Some(p) = crate::gpu_fit::problem(trd) {
         return Some(p);
     }
     if let Some(r) = &spec.gateway.api_key_secret_ref {
@@ -169,5 +215,17 @@ mod tests {
             reason(&trd(ok, "  gateway: {apiKeySecretRef: {name: ''}}\n")).as_deref(),
             Some("InvalidSecretRef")
         );
+        for reserved in ["group", "gateway"] {
+            let models = format!("[{{name: {reserved}, entry: true, source: {{imagePath: /m}}}}]");
+            let p = check(&trd(&models, "")).unwrap();
+            assert_eq!(p.0, "ReservedModelName");
+            assert!(p.1.contains(&format!("NAME-{reserved}")), "{}", p.1);
+        }
+        let mps = "  nodePool: {mps: {enabled: true}}\n";
+        let p = check(&trd(ok, mps)).unwrap();
+        assert_eq!(p.0, "MpsWithoutGpuRequest");
+        assert!(p.1.contains("model a"), "{}", p.1);
+        let gpu = "[{name: a, entry: true, source: {imagePath: /m}, resources: {limits: {nvidia.com/gpu: 1}}}]";
+        assert_eq!(reason(&trd(gpu, mps)), None);
     }
 }

@@ -174,9 +174,14 @@ async fn cel_rules_reject_invalid_resources_with_their_messages() {
             "executionMode",
         ),
         (
-            "MPS share 0",
-            json!({"nodePool": {"mps": {"enabled": true, "activeThreadPercentage": {"small": 0}}}}),
-            "MPS activeThreadPercentage must be in 1..100",
+            "MPS sidecar daemon",
+            json!({"nodePool": {"mps": {"enabled": true, "daemon": "sidecar"}}}),
+            "only devicePlugin is supported",
+        ),
+        (
+            "a model named group",
+            json!({"models": [{"name": "group", "entry": true}, {"name": "big"}]}),
+            "a model may not be named group or gateway",
         ),
         (
             "kvCache with both sizes",

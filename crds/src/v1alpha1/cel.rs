@@ -34,9 +34,9 @@ pub const RULES: &[Rule] = &[
         message: "delayedBatching.thresholds: every key must be a model name",
     },
     Rule {
-        at: "/properties/spec",
-        rule: "!has(self.nodePool) || !has(self.nodePool.mps) || !has(self.nodePool.mps.activeThreadPercentage) || self.nodePool.mps.activeThreadPercentage.all(k, self.models.exists(m, m.name == k))",
-        message: "nodePool.mps.activeThreadPercentage: every key must be a model name",
+        at: "/properties/spec/properties/models/items",
+        rule: "!(self.name in ['group', 'gateway'])",
+        message: "a model may not be named group or gateway: NAME-group is the podPerGroup StatefulSet's name, NAME-gateway the gateway's Service",
     },
     Rule {
         at: "/properties/spec/properties/delayedBatching/properties/thresholds",
@@ -69,9 +69,19 @@ pub const RULES: &[Rule] = &[
         message: "executionMode must be one of async_delayed, async, lockstep, serial",
     },
     Rule {
-        at: "/properties/spec/properties/nodePool/properties/mps/properties/activeThreadPercentage",
-        rule: "self.all(k, self[k] >= 1 && self[k] <= 100)",
-        message: "MPS activeThreadPercentage must be in 1..100",
+        at: "/properties/spec/properties/nodePool/properties/mps",
+        rule: "!has(self.daemon) || self.daemon == 'devicePlugin'",
+        message: "nodePool.mps.daemon: only devicePlugin is supported (the sidecar mode was removed: a sidecar gets no GPU from the device plugin); configure the NVIDIA device plugin's sharing.mps",
+    },
+    Rule {
+        at: "/properties/spec/properties/nodePool",
+        rule: "!has(self.gpuMemoryGiB) || self.gpuMemoryGiB > 0.0",
+        message: "nodePool.gpuMemoryGiB must be > 0",
+    },
+    Rule {
+        at: "/properties/spec/properties/generationConfig",
+        rule: "!has(self.topP) || self.topP > 0.0",
+        message: "generationConfig.topP must be in (0, 1]",
     },
     Rule {
         at: "/properties/spec/properties/models/items/properties/kvCache",
@@ -101,11 +111,6 @@ const BOUNDS: &[(&str, &str, u64)] = &[
         "/properties/spec/properties/delayedBatching/properties/thresholds/additionalProperties",
         "maxItems",
         4096,
-    ),
-    (
-        "/properties/spec/properties/nodePool/properties/mps/properties/activeThreadPercentage",
-        "maxProperties",
-        8,
     ),
 ];
 

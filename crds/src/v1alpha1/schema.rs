@@ -25,3 +25,12 @@ pub(crate) fn short_name(_: &mut schemars::SchemaGenerator) -> Schema {
         "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
     }))
 }
+
+/// `nodePool.mps.daemon` as a plain string, so a spec that still says
+/// `sidecar` meets the CEL rule's explanation rather than a bare enum error.
+pub(crate) fn mps_daemon(_: &mut schemars::SchemaGenerator) -> Schema {
+    schema(json!({
+        "type": "string",
+        "default": "devicePlugin",
+    }))
+}

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{LocalObjectReference, ResourceRequirements, Toleration};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::schema::{optional_open_object, short_name};
+use super::schema::{mps_daemon, optional_open_object, short_name};
 use super::status::TokenRouterDeploymentStatus;
 
 /// A routed group of models (one OpenAI endpoint), served on Kubernetes.
@@ -84,12 +84,21 @@ pub struct TokenRouterDeploymentSpec {
     /// Live retuning of B from routing metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tuning: Option<TuningSpec>,
+    /// Sampling defaults of the served models: a request that leaves a
+    /// field out (or sets it to null) gets this value (the engine config's
+    /// `generation_config`, vLLM's `--override-generation-config`, over the
+    /// entry model's `generation_config.json`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation_config: Option<GenerationConfigSpec>,
     /// Peer (TCP hand-over) and admin ports of the model pods.
     #[serde(default)]
     pub ports: PortsSpec,
     /// Create a Prometheus-operator `ServiceMonitor` for the model pods.
     #[serde(default)]
     pub service_monitor: bool,
+    /// Pull secrets of every pod the resource runs (model pods and gateway).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
 }
 
 /// One model of the group.
@@ -138,6 +147,13 @@ pub struct ModelSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub threads: Option<i32>,
+    /// Parameter count of the model (from its model card or
+    /// `model.safetensors.index.json`): with the dtype it gives the weights'
+    /// bytes, which the operator checks against a GPU pod's memory share
+    /// (`nodePool.gpuMemoryGiB`). The operator cannot read the weights.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub parameters: Option<i64>,
 }
 
 /// A KV cache size: a token count or a fraction of memory (one of the two).
@@ -284,25 +300,45 @@ pub struct NodePoolSpec {
     /// CUDA MPS: the models of a group share GPUs with bounded SM shares.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mps: Option<MpsSpec>,
+    /// Memory of one GPU of the pool in GiB (e.g. 79.6 for an 80 GB H100,
+    /// as `nvidia-smi` reports it). With it and each model's `parameters`
+    /// the operator refuses a spec whose weights cannot fit a pod's share
+    /// (the whole GPU, or GPU / `mps.replicas` under MPS).
+    #[serde(
+        default,
+        rename = "gpuMemoryGiB",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub gpu_memory_gib: Option<f64>,
+    /// RuntimeClass of the model pods (e.g. `nvidia` where the NVIDIA
+    /// container runtime is not the node's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime_class_name: Option<String>,
 }
 
-/// CUDA Multi-Process Service settings.
+/// CUDA Multi-Process Service settings, through the NVIDIA device plugin's
+/// MPS sharing (`sharing.mps.resources: [{name: nvidia.com/gpu, replicas:
+/// N}]`). The plugin runs one control daemon per GPU, gives every container
+/// that requests `nvidia.com/gpu` its pipe directory (env and mount), caps
+/// each client at the GPU's memory / N (`set_default_device_pinned_mem_limit`)
+/// and 100 / N % of the SMs. The pods carry no `CUDA_MPS_*` env and no host
+/// path of their own.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MpsSpec {
     /// Turn MPS on for the model pods.
     #[serde(default)]
     pub enabled: bool,
-    /// `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` per model (1..=100).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub active_thread_percentage: Option<BTreeMap<String, i32>>,
-    /// Host directory of the MPS pipes (shared by a node's pods); default
-    /// `/tmp/nvidia-mps`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pipe_directory: Option<String>,
-    /// `devicePlugin` (default): the NVIDIA device plugin's MPS sharing runs the
-    /// control daemon. `sidecar`: each pod runs `nvidia-cuda-mps-control -f`.
+    /// The device plugin's `replicas` per GPU: each model pod (client) may
+    /// use 1/replicas of a GPU's memory, and the engine plans its KV cache
+    /// from that share, not from the whole device.
+    #[serde(default = "two")]
+    #[schemars(range(min = 1, max = 64))]
+    pub replicas: i32,
+    /// Who runs the control daemon: only `devicePlugin` (the former
+    /// `sidecar` mode could not get a GPU and is refused).
     #[serde(default)]
+    #[schemars(schema_with = "mps_daemon")]
     pub daemon: MpsDaemon,
 }
 
@@ -313,8 +349,10 @@ pub enum MpsDaemon {
     /// The NVIDIA device plugin (`sharing.mps`).
     #[default]
     DevicePlugin,
-    /// A sidecar container per pod.
-    Sidecar,
+}
+
+fn two() -> i32 {
+    2
 }
 
 /// The gateway.
@@ -519,4 +557,27 @@ fn default_peer_port() -> i32 {
 
 fn default_admin_port() -> i32 {
     8080
+}
+
+/// Sampling defaults (`spec.generationConfig`); each field is optional and
+/// range-checked as the engine checks a request's value.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct GenerationConfigSpec {
+    /// Default temperature, in [0, 100]; 0 is greedy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub temperature: Option<f64>,
+    /// Default top-p, in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1.0))]
+    pub top_p: Option<f64>,
+    /// Default top-k: -1 or 0 off, k > 0 keeps the k most likely tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -1))]
+    pub top_k: Option<i64>,
+    /// Default min-p, in [0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub min_p: Option<f64>,
 }

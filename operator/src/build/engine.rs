@@ -2,7 +2,7 @@
 //! renders to. The operator crate does not link the engine; the root
 //! package's `tests/k8s_engine_config.rs` loads this output with it.
 
-use crds::v1alpha1::{Backend, ExecutionMode, ModelSpec, Placement};
+use crds::v1alpha1::{Backend, ExecutionMode, ModelSpec, Placement, TokenRouterDeploymentSpec};
 use crds::TokenRouterDeployment;
 use serde_json::{json, Map, Value};
 
@@ -32,6 +32,15 @@ pub fn peer_address(trd: &TokenRouterDeployment, namespace: &str, model: &str) -
         names::GROUP_ENV,
         trd.spec.ports.peer
     )
+}
+
+/// Whether `m`'s weights live on a GPU (real weights on a `cuda` device).
+pub fn on_cuda(spec: &TokenRouterDeploymentSpec, m: &ModelSpec) -> bool {
+    spec.backend != Some(Backend::Sim)
+        && m.device
+            .as_deref()
+            .or(spec.device.as_deref())
+            .is_some_and(|d| d.starts_with("cuda"))
 }
 
 fn execution_mode(mode: ExecutionMode) -> &'static str {
@@ -81,12 +90,16 @@ pub fn render(
         if let Some(sim) = &m.sim {
             entry.insert("sim".into(), sim.clone());
         }
-        if let Some(kv) = &m.kv_cache {
-            if let Some(tokens) = kv.tokens {
-                entry.insert("kv_cache_tokens".into(), json!(tokens));
-            } else if let Some(f) = kv.memory_fraction {
-                entry.insert("mem_fraction_static".into(), json!(f));
-            }
+        let tokens = m.kv_cache.as_ref().and_then(|kv| kv.tokens);
+        let mut fraction = m.kv_cache.as_ref().and_then(|kv| kv.memory_fraction);
+        if on_cuda(spec, m) {
+            // Under MPS the fraction is of this client's share of the GPU.
+            fraction = super::mps::kv_fraction(spec, fraction);
+        }
+        if let Some(tokens) = tokens {
+            entry.insert("kv_cache_tokens".into(), json!(tokens));
+        } else if let Some(f) = fraction {
+            entry.insert("mem_fraction_static".into(), json!(f));
         }
         models.insert(m.name.clone(), Value::Object(entry));
     }
@@ -154,6 +167,9 @@ pub fn render(
     };
     cfg.insert("transport".into(), transport);
     cfg.insert("gateway".into(), gateway_section(trd));
+    if let Some(g) = super::config::generation_section(trd) {
+        cfg.insert("generation_config".into(), g);
+    }
     Value::Object(cfg)
 }
 

@@ -116,6 +116,7 @@ pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment 
                 spec: Some(PodSpec {
                     containers: vec![container],
                     volumes: Some(volumes),
+                    image_pull_secrets: trd.spec.image_pull_secrets.clone(),
                     security_context: Some(pod::pod_security()),
                     automount_service_account_token: Some(false),
                     enable_service_links: Some(false),

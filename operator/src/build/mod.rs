@@ -3,6 +3,7 @@
 //! tests call them without a cluster, the reconciler applies their output.
 
 pub mod config;
+pub mod disruption;
 pub mod engine;
 pub mod gateway;
 pub mod mps;
@@ -11,6 +12,8 @@ pub mod pod;
 pub mod serving;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_gpu;
 
 use std::collections::BTreeMap;
 
@@ -18,6 +21,7 @@ use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Resource, ResourceExt};
@@ -72,6 +76,8 @@ pub struct Desired {
     pub service_monitor: Option<DynamicObject>,
     /// The serving pods' NetworkPolicy, when the operator renders one.
     pub network_policy: Option<NetworkPolicy>,
+    /// The serving pods' PodDisruptionBudget.
+    pub disruption_budget: PodDisruptionBudget,
 }
 
 /// The B table written in the spec (empty: no delayed batching).
@@ -100,6 +106,7 @@ pub fn desired(trd: &TokenRouterDeployment, inputs: &Inputs) -> Desired {
             .network
             .as_ref()
             .map(|a| network::network_policy(trd, a)),
+        disruption_budget: disruption::budget(trd),
     }
 }
 

@@ -1,92 +1,57 @@
-//! CUDA MPS for the model pods: the pool's node selector and tolerations,
-//! the shared pipe/log directory, the per-model SM share, and (optionally)
-//! a control-daemon sidecar.
+//! CUDA MPS through the NVIDIA device plugin's MPS sharing, and the memory
+//! share a GPU pod may use.
 //!
-//! Two ways to run the daemon, chosen by `nodePool.mps.daemon`:
-//! * `devicePlugin` (default): the NVIDIA device plugin's MPS sharing
-//!   (`sharing.mps` in its config) runs one daemon per GPU and hands out
-//!   `nvidia.com/gpu` replicas; the pods only join its pipe directory.
-//! * `sidecar`: each pod starts `nvidia-cuda-mps-control -f` as a native
-//!   sidecar (an init container that keeps running) on the shared host
-//!   directory, so the first pod of a group on a node starts the daemon and
-//!   the others connect to it.
+//! The plugin (`sharing.mps.resources: [{name: nvidia.com/gpu, replicas:
+//! N}]`) runs one control daemon per GPU and gives each container that
+//! requests `nvidia.com/gpu` the daemon's `CUDA_MPS_PIPE_DIRECTORY` and its
+//! pipe and `/dev/shm` mounts. It caps every client as daemon defaults
+//! (`set_default_device_pinned_mem_limit <dev> <total/N>M`,
+//! `set_default_active_thread_percentage 100/N`), which a client cannot see:
+//! `cudaMemGetInfo` still reports the whole GPU. So the pods carry no
+//! `CUDA_MPS_*` env and no host path of their own (either would fight the
+//! plugin's), and the operator tells the engine its share by dividing the
+//! KV memory fraction by N (see [`kv_fraction`]).
 
-use crds::v1alpha1::{MpsDaemon, MpsSpec};
-use k8s_openapi::api::core::v1::{Container, EnvVar, HostPathVolumeSource, Volume, VolumeMount};
+use crds::v1alpha1::{MpsSpec, NodePoolSpec, TokenRouterDeploymentSpec};
 
-use super::pod::{container_security, env};
-
-/// Default host directory of the MPS pipes.
-pub const DEFAULT_PIPE_DIR: &str = "/run/nvidia/mps";
-
-/// The volume name of the shared MPS directory.
-const VOLUME: &str = "mps";
+/// The engine's default `mem_fraction_static` on CUDA (engine-config's
+/// `DEFAULT_MEM_FRACTION_CUDA`): weights plus KV take this much of the device.
+pub const DEFAULT_CUDA_FRACTION: f64 = 0.85;
 
 /// MPS settings in force for a pod, if MPS is enabled.
 pub fn enabled(spec: Option<&MpsSpec>) -> Option<&MpsSpec> {
     spec.filter(|m| m.enabled)
 }
 
-fn pipe_dir(mps: &MpsSpec) -> String {
-    mps.pipe_directory
-        .clone()
-        .unwrap_or_else(|| DEFAULT_PIPE_DIR.into())
+/// The MPS settings of `spec`'s node pool, if MPS is enabled.
+pub fn of(spec: &TokenRouterDeploymentSpec) -> Option<&MpsSpec> {
+    enabled(spec.node_pool.as_ref().and_then(|p| p.mps.as_ref()))
 }
 
-/// `CUDA_MPS_*` env of a pod serving `models` (one: its SM share applies).
-pub fn env_vars(mps: &MpsSpec, models: &[&str]) -> Vec<EnvVar> {
-    let dir = pipe_dir(mps);
-    let mut out = vec![
-        env("CUDA_MPS_PIPE_DIRECTORY", dir.clone()),
-        env("CUDA_MPS_LOG_DIRECTORY", format!("{dir}/log")),
-    ];
-    if let [model] = models {
-        if let Some(pct) = mps
-            .active_thread_percentage
-            .as_ref()
-            .and_then(|m| m.get(*model))
-        {
-            out.push(env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", pct.to_string()));
-        }
+/// How many clients share one GPU (1 without MPS).
+pub fn clients_per_gpu(spec: &TokenRouterDeploymentSpec) -> i32 {
+    of(spec).map_or(1, |m| m.replicas.max(1))
+}
+
+/// Bytes one GPU pod may use: the GPU's memory (`nodePool.gpuMemoryGiB`)
+/// divided among the MPS clients that share it; `None` when not declared.
+pub fn pod_share_bytes(spec: &TokenRouterDeploymentSpec) -> Option<u64> {
+    let gib = spec
+        .node_pool
+        .as_ref()
+        .and_then(|p: &NodePoolSpec| p.gpu_memory_gib)?;
+    let bytes = gib * (1u64 << 30) as f64;
+    Some((bytes / f64::from(clients_per_gpu(spec))) as u64)
+}
+
+/// The `mem_fraction_static` to render for a model on CUDA: the one the
+/// user asked for (or the engine's default) of the client's share, written
+/// as a fraction of the whole device, since the engine sizes against the
+/// device total that `cudaMemGetInfo` reports. Without MPS it is unchanged.
+pub fn kv_fraction(spec: &TokenRouterDeploymentSpec, asked: Option<f64>) -> Option<f64> {
+    let clients = clients_per_gpu(spec);
+    if clients == 1 {
+        return asked;
     }
-    out
-}
-
-/// The shared host directory and its mount (same path inside the pod).
-pub fn volume(mps: &MpsSpec) -> (Volume, VolumeMount) {
-    let dir = pipe_dir(mps);
-    (
-        Volume {
-            name: VOLUME.into(),
-            host_path: Some(HostPathVolumeSource {
-                path: dir.clone(),
-                type_: Some("DirectoryOrCreate".into()),
-            }),
-            ..Default::default()
-        },
-        VolumeMount {
-            name: VOLUME.into(),
-            mount_path: dir,
-            ..Default::default()
-        },
-    )
-}
-
-/// The control-daemon sidecar (`daemon: sidecar`), as a native sidecar
-/// init container (`restartPolicy: Always`).
-pub fn sidecar(mps: &MpsSpec, image: &str) -> Option<Container> {
-    if mps.daemon != MpsDaemon::Sidecar {
-        return None;
-    }
-    let (_, mount) = volume(mps);
-    Some(Container {
-        name: "mps-control".into(),
-        image: Some(image.into()),
-        command: Some(vec!["nvidia-cuda-mps-control".into(), "-f".into()]),
-        env: Some(env_vars(mps, &[])),
-        volume_mounts: Some(vec![mount]),
-        restart_policy: Some("Always".into()),
-        security_context: Some(container_security()),
-        ..Default::default()
-    })
+    Some(asked.unwrap_or(DEFAULT_CUDA_FRACTION) / f64::from(clients))
 }

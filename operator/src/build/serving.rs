@@ -11,8 +11,8 @@ use k8s_openapi::api::apps::v1::{
     StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerPort, PodAffinity, PodAffinityTerm, PodSpec, PodTemplateSpec,
-    Service, ServicePort, ServiceSpec, WeightedPodAffinityTerm,
+    Affinity, Container, ContainerPort, PodAffinity, PodAffinityTerm, PodAntiAffinity, PodSpec,
+    PodTemplateSpec, Service, ServicePort, ServiceSpec, WeightedPodAffinityTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -70,21 +70,42 @@ fn ports(trd: &TokenRouterDeployment, peer: bool) -> Vec<ContainerPort> {
 /// Pods of group k of a non-entry model want to sit beside group k's entry
 /// pod: required when they share GPUs through MPS, preferred otherwise.
 /// `matchLabelKeys` takes the pod's own ordinal label into the selector.
+///
+/// Under MPS the entry pods also keep apart: a required anti-affinity among
+/// the entry pods puts at most one group on a node. Without it the entry
+/// pods of several groups could take every GPU replica of one node, and
+/// their partners, bound to that node by the required affinity, would stay
+/// Pending for good. A spread constraint cannot prevent that (it balances
+/// counts, it does not reserve room for a group's other pods), and refusing
+/// the spec would need the nodes' free replicas, which change at run time.
+/// The price: one group per node, so size the GPUs per node (× the device
+/// plugin's replicas) to a group's model count.
 fn group_affinity(trd: &TokenRouterDeployment, model: &ModelSpec) -> Option<Affinity> {
+    let entry_selector = LabelSelector {
+        match_labels: Some(names::selector_labels(
+            trd,
+            MODEL_COMPONENT,
+            Some(&entry_model(trd).name),
+        )),
+        ..Default::default()
+    };
     if model.entry {
-        return None;
+        return shares_gpu(trd).then(|| Affinity {
+            pod_anti_affinity: Some(PodAntiAffinity {
+                required_during_scheduling_ignored_during_execution: Some(vec![PodAffinityTerm {
+                    label_selector: Some(entry_selector),
+                    topology_key: HOSTNAME.into(),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
     }
     let term = PodAffinityTerm {
-        label_selector: Some(LabelSelector {
-            match_labels: Some(names::selector_labels(
-                trd,
-                MODEL_COMPONENT,
-                Some(&entry_model(trd).name),
-            )),
-            ..Default::default()
-        }),
+        label_selector: Some(entry_selector),
         match_label_keys: Some(vec![names::POD_INDEX.into()]),
-        topology_key: "kubernetes.io/hostname".into(),
+        topology_key: HOSTNAME.into(),
         ..Default::default()
     };
     let affinity = if shares_gpu(trd) {
@@ -109,24 +130,23 @@ fn group_affinity(trd: &TokenRouterDeployment, model: &ModelSpec) -> Option<Affi
     })
 }
 
+/// The node label that names one node.
+const HOSTNAME: &str = "kubernetes.io/hostname";
+
 /// Under MPS a group's model pods share one GPU (pod affinity makes it required).
 fn shares_gpu(trd: &TokenRouterDeployment) -> bool {
-    mps::enabled(trd.spec.node_pool.as_ref().and_then(|p| p.mps.as_ref())).is_some()
+    mps::of(&trd.spec).is_some()
 }
 
-/// The models whose weights model `m`'s pod mounts: its own; the entry's
-/// (tokenizer and router files live there); and under MPS every model, since
-/// the group's models then share one GPU and each pod plans the KV budget
-/// over the weights of all of them (the subserver's `planned_budget`). A pod
-/// that saw only its own weights would claim the fraction of the whole GPU.
+/// The models whose weights model `m`'s pod mounts: its own, and the
+/// entry's (tokenizer and router files live there). Under MPS each pod is
+/// its own client with its own memory cap, so the other models' weights are
+/// not its concern.
 fn model_pod_mounts<'a>(trd: &'a TokenRouterDeployment, m: &'a ModelSpec) -> Vec<&'a ModelSpec> {
-    let shared_gpu = shares_gpu(trd);
     let entry = entry_model(trd);
     let mut mounts = vec![m];
-    for other in &trd.spec.models {
-        if other.name != m.name && (shared_gpu || other.name == entry.name) {
-            mounts.push(other);
-        }
+    if entry.name != m.name {
+        mounts.push(entry);
     }
     mounts
 }
@@ -146,7 +166,6 @@ fn pod_template(trd: &TokenRouterDeployment, plan: &PodPlan, config_hash: &str) 
     let placement = trd.spec.placement;
     let model_name = plan.model.map(|m| m.name.as_str());
     let node_pool = trd.spec.node_pool.clone().unwrap_or_default();
-    let mps = mps::enabled(node_pool.mps.as_ref());
     let (config_vol, config_mount) = pod::config_volume(trd);
     let (tmp_vol, tmp_mount) = pod::tmp_volume();
     let mut volumes = vec![config_vol, tmp_vol];
@@ -157,19 +176,7 @@ fn pod_template(trd: &TokenRouterDeployment, plan: &PodPlan, config_hash: &str) 
             mounts.push(mount);
         }
     }
-    let mut env = pod::engine_env(trd);
-    let mut init = Vec::new();
-    if let Some(mps) = mps {
-        let (v, mount) = mps::volume(mps);
-        volumes.push(v);
-        mounts.push(mount);
-        let served: Vec<&str> = match plan.model {
-            Some(m) => vec![m.name.as_str()],
-            None => plan.mounts.iter().map(|m| m.name.as_str()).collect(),
-        };
-        env.extend(mps::env_vars(mps, &served));
-        init.extend(mps::sidecar(mps, &plan.image));
-    }
+    let env = pod::engine_env(trd);
     // podPerGroup pods take the entry model's resources (the whole group's GPU).
     let resources = plan.model.unwrap_or(entry_model(trd)).resources.clone();
     let mut container = Container {
@@ -205,7 +212,8 @@ fn pod_template(trd: &TokenRouterDeployment, plan: &PodPlan, config_hash: &str) 
         }),
         spec: Some(PodSpec {
             containers: vec![container],
-            init_containers: (!init.is_empty()).then_some(init),
+            image_pull_secrets: trd.spec.image_pull_secrets.clone(),
+            runtime_class_name: node_pool.runtime_class_name.clone(),
             volumes: Some(volumes),
             node_selector: node_pool.node_selector.clone(),
             tolerations: node_pool.tolerations.clone(),

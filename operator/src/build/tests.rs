@@ -52,15 +52,6 @@ fn main_container(set: &StatefulSet) -> &Container {
     &pod(set).containers[0]
 }
 
-fn env_value<'a>(c: &'a Container, name: &str) -> Option<&'a str> {
-    c.env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)?
-        .value
-        .as_deref()
-}
-
 #[test]
 fn pod_per_model_builds_one_set_and_headless_service_per_model() {
     let d = desired(&sample(), &inputs(3));
@@ -291,91 +282,162 @@ fn model_mounts(set: &StatefulSet) -> Vec<&str> {
         .collect()
 }
 
-#[test]
-fn model_pods_mount_every_model_that_shares_their_gpu() {
-    // Own GPU each: the entry sees its own weights, the other model its own
-    // and the entry's (tokenizer, router).
-    let mut trd = sample();
-    let d = desired(&trd, &inputs(1));
-    assert_eq!(model_mounts(&d.serving[0].0), ["/models/small"]);
-    assert_eq!(
-        model_mounts(&d.serving[1].0),
-        ["/models/big", "/models/small"]
-    );
-    // Under MPS both share one GPU and plan one KV budget over both models'
-    // weights: each pod must see both, or the entry claims the whole GPU.
-    trd.spec.node_pool = Some(NodePoolSpec {
-        node_selector: None,
-        tolerations: None,
-        mps: Some(MpsSpec {
-            enabled: true,
-            active_thread_percentage: None,
-            pipe_directory: None,
-            daemon: MpsDaemon::DevicePlugin,
-        }),
-    });
-    let d = desired(&trd, &inputs(1));
-    assert_eq!(
-        model_mounts(&d.serving[0].0),
-        ["/models/small", "/models/big"]
-    );
-    assert_eq!(
-        model_mounts(&d.serving[1].0),
-        ["/models/big", "/models/small"]
-    );
-}
-
-#[test]
-fn mps_adds_pool_env_shared_dir_required_affinity_and_sidecar() {
-    let mut trd = sample();
-    trd.spec.node_pool = Some(NodePoolSpec {
+fn mps_pool(replicas: i32) -> NodePoolSpec {
+    NodePoolSpec {
         node_selector: Some(BTreeMap::from([("pool".into(), "mps".into())])),
         tolerations: None,
         mps: Some(MpsSpec {
             enabled: true,
-            active_thread_percentage: Some(BTreeMap::from([
-                ("small".into(), 30),
-                ("big".into(), 70),
-            ])),
-            pipe_directory: None,
-            daemon: MpsDaemon::Sidecar,
+            replicas,
+            daemon: MpsDaemon::DevicePlugin,
         }),
-    });
-    let d = desired(&trd, &inputs(1));
-    for ((set, _), pct) in d.serving.iter().zip(["30", "70"]) {
-        let c = main_container(set);
-        assert_eq!(env_value(c, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), Some(pct));
-        assert_eq!(
-            env_value(c, "CUDA_MPS_PIPE_DIRECTORY"),
-            Some(mps::DEFAULT_PIPE_DIR)
-        );
-        assert!(env_value(c, "CUDA_MPS_LOG_DIRECTORY").is_some());
-        let p = pod(set);
-        assert_eq!(p.node_selector.as_ref().unwrap()["pool"], "mps");
-        let sidecar = &p.init_containers.as_ref().unwrap()[0];
-        assert_eq!(
-            sidecar.command.as_ref().unwrap()[0],
-            "nvidia-cuda-mps-control"
-        );
-        assert_eq!(sidecar.restart_policy.as_deref(), Some("Always"));
+        gpu_memory_gib: Some(80.0),
+        runtime_class_name: Some("nvidia".into()),
     }
-    let big = pod(&d.serving[1].0);
-    let affinity = big
-        .affinity
-        .as_ref()
-        .unwrap()
+}
+
+#[test]
+fn model_pods_mount_their_own_weights_and_the_entrys() {
+    // The entry sees its own weights, the other model its own and the
+    // entry's (tokenizer, router), with or without MPS: under MPS each pod
+    // is its own client with its own memory cap.
+    let mut trd = sample();
+    for pool in [None, Some(mps_pool(2))] {
+        trd.spec.node_pool = pool;
+        let d = desired(&trd, &inputs(1));
+        assert_eq!(model_mounts(&d.serving[0].0), ["/models/small"]);
+        assert_eq!(
+            model_mounts(&d.serving[1].0),
+            ["/models/big", "/models/small"]
+        );
+    }
+}
+
+#[test]
+fn mps_pods_keep_to_the_device_plugins_contract() {
+    let mut trd = sample();
+    trd.spec.node_pool = Some(mps_pool(2));
+    let d = desired(&trd, &inputs(1));
+    for (set, _) in &d.serving {
+        let c = main_container(set);
+        // The plugin sets the pipe directory and mounts it; ours would fight it.
+        assert!(
+            c.env
+                .iter()
+                .flatten()
+                .all(|e| !e.name.starts_with("CUDA_MPS_")),
+            "{:?}",
+            c.env
+        );
+        let p = pod(set);
+        assert!(p.volumes.iter().flatten().all(|v| v.host_path.is_none()));
+        assert!(p.init_containers.is_none());
+        assert_eq!(p.node_selector.as_ref().unwrap()["pool"], "mps");
+        assert_eq!(p.runtime_class_name.as_deref(), Some("nvidia"));
+    }
+    // The partner is bound to its entry's node; the entries keep apart, so
+    // a node's GPU replicas are never all taken by entries.
+    let big = pod(&d.serving[1].0).affinity.as_ref().unwrap();
+    assert!(big
         .pod_affinity
         .as_ref()
-        .unwrap();
-    assert!(affinity
+        .unwrap()
         .required_during_scheduling_ignored_during_execution
         .is_some());
-    // The device plugin variant has no sidecar.
-    if let Some(mps) = trd.spec.node_pool.as_mut().and_then(|p| p.mps.as_mut()) {
-        mps.daemon = MpsDaemon::DevicePlugin;
-    }
+    let entry = pod(&d.serving[0].0).affinity.as_ref().unwrap();
+    let apart = &entry
+        .pod_anti_affinity
+        .as_ref()
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(apart.topology_key, "kubernetes.io/hostname");
+    assert_eq!(
+        apart
+            .label_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap()[names::MODEL],
+        "small"
+    );
+}
+
+#[test]
+fn mps_divides_the_kv_fraction_by_the_clients_per_gpu() {
+    let mut trd = sample();
+    trd.spec.device = Some("cuda".into());
+    trd.spec.node_pool = Some(mps_pool(4));
+    trd.spec.models[1].kv_cache = Some(crds::v1alpha1::KvCacheSpec {
+        tokens: None,
+        memory_fraction: Some(0.8),
+    });
     let d = desired(&trd, &inputs(1));
-    assert!(pod(&d.serving[0].0).init_containers.is_none());
+    let data = d.engine_config.data.as_ref().unwrap();
+    let cfg: serde_json::Value = serde_yaml::from_str(&data["big.yaml"]).unwrap();
+    // The engine sizes against the whole device (cudaMemGetInfo does not
+    // see the plugin's cap): 0.8 of a quarter is 0.2 of the GPU.
+    assert_eq!(cfg["model"]["big"]["mem_fraction_static"], 0.2);
+    assert_eq!(
+        cfg["model"]["small"]["mem_fraction_static"],
+        mps::DEFAULT_CUDA_FRACTION / 4.0
+    );
+    // Without MPS the fraction is the user's (or the engine's default).
+    trd.spec.node_pool = None;
+    let d = desired(&trd, &inputs(1));
+    let cfg: serde_json::Value =
+        serde_yaml::from_str(&d.engine_config.data.as_ref().unwrap()["big.yaml"]).unwrap();
+    assert_eq!(cfg["model"]["big"]["mem_fraction_static"], 0.8);
+    assert!(cfg["model"]["small"].get("mem_fraction_static").is_none());
+}
+
+#[test]
+fn pull_secrets_reach_every_pod_and_a_budget_covers_the_serving_pods() {
+    let mut trd = sample();
+    trd.spec.image_pull_secrets = Some(vec![k8s_openapi::api::core::v1::LocalObjectReference {
+        name: "regcred".into(),
+    }]);
+    let d = desired(&trd, &inputs(2));
+    let gateway = d
+        .gateway
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let pods = d.serving.iter().map(|(s, _)| pod(s)).chain([gateway]);
+    for p in pods {
+        assert_eq!(p.image_pull_secrets.as_ref().unwrap()[0].name, "regcred");
+    }
+    let pdb = d.disruption_budget.spec.as_ref().unwrap();
+    assert_eq!(
+        pdb.max_unavailable,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    let selector = pdb
+        .selector
+        .as_ref()
+        .unwrap()
+        .match_labels
+        .as_ref()
+        .unwrap();
+    for (set, _) in &d.serving {
+        let labels = set
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap();
+        let labels = labels.labels.as_ref().unwrap();
+        assert!(selector.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    }
+    assert!(d.disruption_budget.metadata.owner_references.is_some());
 }
 
 #[test]

@@ -6,6 +6,7 @@
 pub use crate::model::layout;
 pub mod cgroup;
 pub mod memory;
+pub mod mps_limit;
 pub mod sim;
 pub mod tch_runner;
 #[doc(hidden)]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::assets::tensor_specs;
 use crate::config::{Backend, DeviceSpec, EngineConfig, KvBudget, TransportConfig};
@@ -15,6 +15,7 @@ use crate::model::dir::ModelDir;
 use crate::peer::tcp::{peer_addresses, TcpOptions};
 use crate::policy::{self, LiveThreshold, ModelFacts, Placement, PolicyEnv};
 use crate::runner::memory::{plan_kv_tokens, ModelFootprint};
+use crate::runner::mps_limit;
 use crate::runner::sim::SimRunner;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::ModelRunner;
@@ -171,25 +172,39 @@ fn planned_budget(cfg: &EngineConfig, i: usize) -> Result<KvBudget, EngineError>
         return Ok(spec.kv_budget);
     };
     let models = device_footprints(cfg, i)?;
-    let (_, total) = cuda_mem_info(index)?;
+    let (_, device_total) = cuda_mem_info(index)?;
+    let limits = mps_limit::from_env()?;
+    if let Some(l) = limits.as_ref().filter(|l| !l.by_uuid.is_empty()) {
+        warn!(
+            devices = ?l.by_uuid,
+            "{} names devices by UUID; only ordinals cap the KV plan",
+            mps_limit::ENV
+        );
+    }
+    let total = mps_limit::capped_total(device_total, limits.as_ref(), index);
     let tokens = plan_kv_tokens(total, fraction, &models)?;
     info!(
         model = %spec.name,
         fraction,
         models = models.len(),
         tokens,
-        "KV planned from mem_fraction_static over the models on {}",
-        spec.device
+        device_total_mib = device_total >> 20,
+        planned_total_mib = total >> 20,
+        "KV planned from mem_fraction_static over the models on {} \
+         (total capped by {} when set)",
+        spec.device,
+        mps_limit::ENV
     );
     Ok(KvBudget::Tokens(tokens))
 }
 
 /// The footprints of the models that share model `i`'s device: its own,
 /// and those of the others whose weights this process can see. The operator
-/// mounts every model in each pod of a group that shares one GPU (MPS), and
-/// otherwise only a pod's own model and the entry's, so a directory that is
-/// not there is not on this device; an in-process group fails on it when
-/// that model loads.
+/// mounts only a pod's own model and the entry's (under MPS each pod is its
+/// own client with its own cap, which the operator's rendered fraction
+/// reflects), so a directory that is not there is not on this device; an
+/// in-process group fails on it when that model loads. A non-entry pod
+/// counts the entry's weights too: a conservative error of one small model.
 fn device_footprints(cfg: &EngineConfig, i: usize) -> Result<Vec<ModelFootprint>, EngineError> {
     let spec = &cfg.models()[i];
     let mut models = Vec::new();
