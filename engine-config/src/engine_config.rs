@@ -8,6 +8,7 @@ use super::backend::Backend;
 use super::error::ConfigError;
 use super::execution_mode::ExecutionMode;
 use super::gateway::GatewayConfig;
+use super::generation::GenerationDefaults;
 use super::model::ModelSpec;
 use super::placement::{DType, DeviceSpec};
 use super::policy::PolicySpec;
@@ -44,6 +45,10 @@ pub struct EngineConfig {
     pub(super) target_large_share: Option<f64>,
     pub(super) transport: TransportConfig,
     pub(super) gateway: GatewayConfig,
+    /// `generation_config:`, the override of every model's defaults.
+    pub(super) generation_override: GenerationDefaults,
+    /// Each model's `generation_config.json` defaults (index = model index).
+    pub(super) model_generation: Vec<GenerationDefaults>,
     pub(super) base_dir: PathBuf,
     pub(super) source: Option<PathBuf>,
 }
@@ -159,6 +164,28 @@ impl EngineConfig {
     /// HTTP gateway settings.
     pub fn gateway(&self) -> &GatewayConfig {
         &self.gateway
+    }
+
+    /// The sampling defaults of the routed group (vLLM's generation
+    /// config): the entry model's `generation_config.json`, overridden
+    /// field by field by the config's `generation_config:`.
+    pub fn generation_defaults(&self) -> GenerationDefaults {
+        self.model_generation_defaults(self.entry)
+    }
+
+    /// The sampling defaults of model `index` served alone: its own
+    /// `generation_config.json`, overridden by `generation_config:`.
+    pub fn model_generation_defaults(&self, index: usize) -> GenerationDefaults {
+        self.model_generation
+            .get(index)
+            .copied()
+            .unwrap_or_default()
+            .overridden_by(self.generation_override)
+    }
+
+    /// The config's own `generation_config:` (the override alone).
+    pub fn generation_override(&self) -> GenerationDefaults {
+        self.generation_override
     }
 
     /// The directory relative paths resolve against (absolute).

@@ -35,6 +35,18 @@ pub(crate) struct RawConfig {
     pub target_large_share: Option<f64>,
     pub transport: Option<RawTransport>,
     pub gateway: Option<RawGateway>,
+    pub generation_config: Option<RawGeneration>,
+}
+
+/// `generation_config:` (vLLM's `--override-generation-config`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGeneration {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub repetition_penalty: Option<f64>,
 }
 
 /// One entry of `model:`: our keys and the official per-model ones.

@@ -1,5 +1,5 @@
-//! The public loaders: `EngineConfig::from_yaml_str`, `from_file` and
-//! `embedded_default`.
+//! The public loaders: `EngineConfig::from_yaml_str`, `from_file`,
+//! `embedded_default` and `embedded_groups`.
 
 use std::path::{Path, PathBuf};
 
@@ -9,6 +9,12 @@ use crate::error::ConfigError;
 
 /// The text of `config/default.yaml`, built into the binary.
 pub const DEFAULT_CONFIG_YAML: &str = include_str!("../../../config/default.yaml");
+
+/// The text of `config/fast.yaml`, built into the binary.
+pub const FAST_CONFIG_YAML: &str = include_str!("../../../config/fast.yaml");
+
+/// The groups served when no file is given, in order: `default`, `fast`.
+pub const EMBEDDED_GROUPS_YAML: [&str; 2] = [DEFAULT_CONFIG_YAML, FAST_CONFIG_YAML];
 
 impl EngineConfig {
     /// Parses YAML text. Relative paths resolve against `base_dir`, and
@@ -45,14 +51,38 @@ impl EngineConfig {
             path: PathBuf::from("."),
             source,
         })?;
-        embedded_default_in(&cwd, &|name| std::env::var(name).ok())
+        embedded_in(DEFAULT_CONFIG_YAML, &cwd, &|name| std::env::var(name).ok())
+    }
+
+    /// Every group served when no file is given ([`EMBEDDED_GROUPS_YAML`]:
+    /// `config/default.yaml` then `config/fast.yaml`), paths resolved as
+    /// [`Self::embedded_default`] resolves them.
+    pub fn embedded_groups() -> Result<Vec<Self>, ConfigError> {
+        let cwd = std::env::current_dir().map_err(|source| ConfigError::Io {
+            path: PathBuf::from("."),
+            source,
+        })?;
+        EMBEDDED_GROUPS_YAML
+            .iter()
+            .map(|text| embedded_in(text, &cwd, &|name| std::env::var(name).ok()))
+            .collect()
     }
 }
 
 /// `embedded_default` with an explicit working directory and environment.
+#[cfg(test)]
+fn embedded_default_in(
+    cwd: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<EngineConfig, ConfigError> {
+    embedded_in(DEFAULT_CONFIG_YAML, cwd, env)
+}
+
+/// A built-in config with an explicit working directory and environment.
 /// The file's `${TOKENROUTER_CACHE:-../.cache}` fallback is right for the
 /// file in `config/`; built in, the fallback is `<cwd>/.cache` instead.
-fn embedded_default_in(
+fn embedded_in(
+    text: &str,
     cwd: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<EngineConfig, ConfigError> {
@@ -66,7 +96,7 @@ fn embedded_default_in(
             env(name)
         }
     };
-    parse(DEFAULT_CONFIG_YAML, cwd, &lookup)
+    parse(text, cwd, &lookup)
 }
 
 #[cfg(test)]
@@ -105,6 +135,7 @@ mod tests {
             "citer.yaml",
             "co-llm.yaml",
             "default.yaml",
+            "fast.yaml",
             "glimprouter.yaml",
             "me.yaml",
             "query-level.yaml",
@@ -138,6 +169,7 @@ mod tests {
             ("sim-r2r.yaml", "Bernoulli"),
             ("tcp-split.yaml", "RStitch"),
             ("default.yaml", "RStitch"),
+            ("fast.yaml", "RStitch"),
         ];
         for (file, name) in cases {
             assert_eq!(
@@ -245,6 +277,42 @@ mod tests {
         assert_eq!(from_file.policy().kwargs, real.policy().kwargs);
         assert_eq!(from_file.target_large_share(), real.target_large_share());
         assert_eq!(from_file.thresholds(), real.thresholds());
+    }
+
+    #[test]
+    fn embedded_groups_are_default_then_fast_with_the_cards_sampling() {
+        let groups = EngineConfig::embedded_groups().unwrap();
+        let names: Vec<_> = groups
+            .iter()
+            .map(|g| g.gateway().served_model_name.as_str())
+            .collect();
+        assert_eq!(names, ["default", "fast"]);
+        let card = crate::GenerationDefaults {
+            temperature: Some(0.2),
+            top_p: Some(0.9),
+            ..Default::default()
+        };
+        for (g, file) in groups.iter().zip(["default.yaml", "fast.yaml"]) {
+            assert_eq!(g.generation_override(), card, "{file}");
+            // Loaded from its file, each describes the same group.
+            let from_file = example(file);
+            assert_eq!(from_file.policy(), g.policy(), "{file}");
+            assert_eq!(from_file.gateway(), g.gateway(), "{file}");
+        }
+        // fast is today's pair: the healed 12-layer exit and the full model.
+        let fast = &groups[1];
+        assert_eq!(fast.model_names(), ["quick", "reference"]);
+        assert_eq!(
+            fast.policy().kwargs.get("threshold"),
+            Some(&serde_json::json!(0.4))
+        );
+        assert!(fast
+            .model(0)
+            .unwrap()
+            .path
+            .as_ref()
+            .unwrap()
+            .ends_with("models/smollm2-135m-l12-healed"));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! `entry` holds the public loaders on `EngineConfig`.
 
 mod entry;
+#[cfg(test)]
+mod generation_tests;
 mod model;
 #[cfg(test)]
 mod official_tests;
@@ -19,18 +21,19 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 
-pub use entry::DEFAULT_CONFIG_YAML;
+pub use entry::{DEFAULT_CONFIG_YAML, EMBEDDED_GROUPS_YAML, FAST_CONFIG_YAML};
 
 use super::backend::Backend;
 use super::engine_config::{EngineConfig, SimGroupConfig};
 use super::env_expand::expand_env;
 use super::error::{ConfigError, Location};
 use super::execution_mode::ExecutionMode;
+use super::generation::GenerationDefaults;
 use super::placement::DeviceSpec;
 use super::raw::{describe, RawConfig};
 use super::transport::TransportConfig;
 use model::{build_model, check_tp_size, ModelDefaults, OfficialKeys};
-use sections::{build_gateway, build_system, build_transport};
+use sections::{build_gateway, build_generation, build_system, build_transport};
 
 /// Environment lookup for `${NAME}` in path values (and `HF_HOME` & co.).
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -210,6 +213,15 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
     check_mode_fits_transport(execution_mode, &transport)?;
     // The official layout puts the API port on the entry model.
     let entry_port = models[entry].port;
+    let generation_override = build_generation(raw.generation_config)?;
+    // Each model's own defaults, read where its directory is local.
+    let model_generation = models
+        .iter()
+        .map(|m| match &m.path {
+            Some(dir) => GenerationDefaults::from_model_dir(dir),
+            None => Ok(GenerationDefaults::default()),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
 
     Ok(EngineConfig {
         transport,
@@ -229,6 +241,8 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         max_batch_wait_ms,
         fallback_on_peer_failure: raw.fallback_on_peer_failure.unwrap_or(false),
         target_large_share: raw.target_large_share,
+        generation_override,
+        model_generation,
         base_dir,
         source: None,
     })

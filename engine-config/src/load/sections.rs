@@ -1,4 +1,5 @@
-//! The group-wide sections: `system`, `transport` and `gateway`.
+//! The group-wide sections: `system`, `transport`, `gateway` and
+//! `generation_config`.
 
 use std::path::Path;
 
@@ -6,7 +7,8 @@ use super::{positive, resolve_path, Env};
 use crate::env_expand::expand_env;
 use crate::error::ConfigError;
 use crate::gateway::GatewayConfig;
-use crate::raw::{RawGateway, RawSystem, RawTransport};
+use crate::generation::GenerationDefaults;
+use crate::raw::{RawGateway, RawGeneration, RawSystem, RawTransport};
 use crate::system::KvBudget;
 use crate::system::SystemConfig;
 use crate::transport::{
@@ -238,4 +240,33 @@ pub(super) fn build_gateway(
             .map(|p| resolve_path(&p, base_dir, env, "gateway.groups_file"))
             .transpose()?,
     })
+}
+
+/// The `generation_config:` block (vLLM's `--override-generation-config`),
+/// range-checked by `SamplingParams::validate`; errors name
+/// `generation_config.<field>`.
+pub(super) fn build_generation(
+    raw: Option<RawGeneration>,
+) -> Result<GenerationDefaults, ConfigError> {
+    const KEY: &str = "generation_config";
+    let Some(raw) = raw else {
+        return Ok(GenerationDefaults::default());
+    };
+    if raw.repetition_penalty.is_some() {
+        return Err(ConfigError::unsupported(
+            format!("{KEY}.repetition_penalty"),
+            "this engine has no repetition penalty",
+        ));
+    }
+    let defaults = GenerationDefaults {
+        temperature: raw.temperature.map(|x| x as f32),
+        top_p: raw.top_p.map(|x| x as f32),
+        top_k: raw
+            .top_k
+            .map(|k| GenerationDefaults::top_k_from(k, &format!("{KEY}.top_k")))
+            .transpose()?,
+        min_p: raw.min_p.map(|x| x as f32),
+    };
+    defaults.validate(KEY)?;
+    Ok(defaults)
 }
