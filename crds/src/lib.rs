@@ -80,6 +80,27 @@ mod tests {
     }
 
     #[test]
+    fn generation_config_ranges_are_in_the_schema() {
+        let value = serde_json::to_value(crd()).unwrap();
+        let g = &value["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["generationConfig"];
+        let p = &g["properties"];
+        assert_eq!(p["temperature"]["minimum"], 0.0, "{g}");
+        assert_eq!(p["temperature"]["maximum"], 100.0, "{g}");
+        assert_eq!(p["topP"]["maximum"], 1.0, "{g}");
+        assert_eq!(p["topK"]["minimum"], -1.0, "{g}");
+        assert_eq!(p["minP"]["minimum"], 0.0, "{g}");
+        assert_eq!(p["minP"]["maximum"], 1.0, "{g}");
+        // top_p's open lower bound is a CEL rule.
+        assert!(
+            g["x-kubernetes-validations"]
+                .to_string()
+                .contains("self.topP > 0.0"),
+            "{g}"
+        );
+    }
+
+    #[test]
     fn the_committed_yaml_is_current() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tokenrouterdeployment.yaml");
         let committed = std::fs::read_to_string(path).unwrap_or_default();

@@ -56,6 +56,25 @@ pub fn hash(data: &BTreeMap<String, String>) -> String {
     format!("{:016x}", h.finish())
 }
 
+/// The engine config's `generation_config` (sampling defaults) from
+/// `spec.generationConfig`, in the engine's spelling; `None` when unset.
+pub fn generation_section(trd: &TokenRouterDeployment) -> Option<serde_json::Value> {
+    let g = trd.spec.generation_config.as_ref()?;
+    let mut out = serde_json::Map::new();
+    let fields = [
+        ("temperature", g.temperature.map(serde_json::Value::from)),
+        ("top_p", g.top_p.map(serde_json::Value::from)),
+        ("top_k", g.top_k.map(serde_json::Value::from)),
+        ("min_p", g.min_p.map(serde_json::Value::from)),
+    ];
+    for (key, value) in fields {
+        if let Some(v) = value {
+            out.insert(key.to_string(), v);
+        }
+    }
+    (!out.is_empty()).then_some(serde_json::Value::Object(out))
+}
+
 /// The engine ConfigMap.
 pub fn engine(trd: &TokenRouterDeployment, data: BTreeMap<String, String>) -> ConfigMap {
     ConfigMap {
@@ -86,5 +105,36 @@ pub fn groups(trd: &TokenRouterDeployment, namespace: &str, listed: i32) -> Conf
         metadata: meta(trd, &names::groups_config(trd), names::common_labels(trd)),
         data: Some(BTreeMap::from([(names::GROUPS_KEY.to_string(), text)])),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::spec_thresholds;
+    use crate::build::tests::sample;
+
+    #[test]
+    fn generation_config_reaches_every_rendered_engine_config() {
+        let mut trd = sample();
+        let plain = engine_data(&trd, "ai", &spec_thresholds(&trd));
+        let group: serde_json::Value = serde_yaml::from_str(&plain["engine.yaml"]).unwrap();
+        assert!(group.get("generation_config").is_none(), "unset: no key");
+        trd.spec.generation_config = Some(crds::v1alpha1::GenerationConfigSpec {
+            temperature: Some(0.2),
+            top_p: Some(0.9),
+            top_k: Some(-1),
+            min_p: None,
+        });
+        let data = engine_data(&trd, "ai", &spec_thresholds(&trd));
+        for key in ["engine.yaml", "small.yaml", "big.yaml"] {
+            let cfg: serde_json::Value = serde_yaml::from_str(&data[key]).unwrap();
+            assert_eq!(
+                cfg["generation_config"],
+                serde_json::json!({"temperature": 0.2, "top_p": 0.9, "top_k": -1}),
+                "{key}"
+            );
+        }
+        assert_ne!(hash(&plain), hash(&data), "an edit rolls the pods");
     }
 }
