@@ -84,7 +84,10 @@ case $mode in
       for f in "$d"/*.so*; do put "$f" "$out/site-packages/$rel/$(basename "$f")"; done
     done
     exe=$out/bin/$(basename "$bin")
-    LD_LIBRARY_PATH=$out/site-packages/torch/lib resolved "$exe" >/dev/null
+    # The image's LD_LIBRARY_PATH (deploy/Dockerfile), pointed at the stage.
+    LD_LIBRARY_PATH=$out/site-packages/torch/lib:$out/site-packages/nvidia/cu13/lib resolved "$exe" \
+      | awk -v out="$out" '$2 !~ "^" out && $2 !~ "^/(usr/)?lib" { print; bad = 1 } END { exit bad }' \
+      || die "$exe resolves the libraries above outside the stage"
     readelf -d "$exe" | grep -q 'NEEDED.*\[libtorch_cuda\.so\]' \
       || die "$exe does not link libtorch_cuda (build it with TOKENROUTER_LINK_CUDA=1)"
     ;;
