@@ -346,30 +346,39 @@ class Sub(Flow):
             self.weights_alias = {m["source"]["pvc"]["subPath"]: "qwen3-tiny" for m in self.spec["models"]}
 
     def processes_start(self):
-        """Every model pod's container started with its weights, config and env in place."""
-        want = {m["name"] for m in self.spec["models"]}
+        """Every serving pod's container started from its image with the weights, config and env
+        in place (one pod per model, or per group under podPerGroup); MPS comes from the device
+        plugin (a node with one), so no CUDA_MPS_* env reaches the pods."""
+        want = {f"/models/{m['name']}" for m in self.spec["models"]}
+        per_group = self.spec.get("placement") == "podPerGroup"
+        n_pods = (self.spec.get("groups") or 1) * (1 if per_group else len(want))
         seen = {}
 
         def started():
             for p in kjson("-n", self.ns, "get", "pods", "-l", f"app.kubernetes.io/instance={self.name}")["items"]:
-                model = p["metadata"]["labels"].get("tokenrouter.io/model")
+                if p["metadata"]["labels"].get("app.kubernetes.io/component") == "gateway":
+                    continue
                 spec_file = os.path.join(os.environ["LOCALNODE_STATE"], "pods", p["metadata"]["uid"], "containers",
                                          "subserver", "launch.json")
-                if model and os.path.exists(spec_file):
+                if os.path.exists(spec_file):
                     with open(spec_file) as f:
-                        seen[model] = json.load(f)
-            return set(seen) >= want, sorted(seen)
-        wait_until("every model's process started", started, 180)
+                        seen[p["metadata"]["name"]] = json.load(f)
+            return len(seen) >= n_pods, sorted(seen)
+        wait_until(f"{n_pods} serving pods' processes started", started, 180)
         out = []
-        for model, spec in sorted(seen.items()):
+        mounted = set()
+        for pod, spec in sorted(seen.items()):
             dsts = {m["dst"] for m in spec["mounts"]}
+            mounted |= dsts & want
             env = spec["env"]
-            # Under MPS the models share one GPU and each pod plans KV over all their weights.
-            assert {f"/models/{m}" for m in want} | {"/etc/tokenrouter"} <= dsts, f"{model}: mounts {sorted(dsts)}"
-            for k in ("TOKENROUTER_GROUP", "TOKENROUTER_ADMIN_TOKEN", "CUDA_MPS_PIPE_DIRECTORY",
-                      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"):
-                assert env.get(k), f"{model}: env {k} missing ({sorted(env)})"
-            out.append(f"{model}: mounts {sorted(dsts)}, MPS {env['CUDA_MPS_ACTIVE_THREAD_PERCENTAGE']}%")
+            assert "/etc/tokenrouter" in dsts, f"{pod}: mounts {sorted(dsts)}"
+            assert spec["image"] == CPU_IMAGE, f"{pod}: image {spec['image']}"
+            for k in ("TOKENROUTER_GROUP", "TOKENROUTER_ADMIN_TOKEN"):
+                assert env.get(k), f"{pod}: env {k} missing ({sorted(env)})"
+            mps = sorted(k for k in env if k.startswith("CUDA_MPS_"))
+            assert not mps, f"{pod}: MPS env {mps} (the device plugin sets MPS up)"
+            out.append(f"{pod}: mounts {sorted(dsts)}")
+        assert mounted == want, f"weights mounted {sorted(mounted)}, models {sorted(want)}"
         return "; ".join(out)
 
 
