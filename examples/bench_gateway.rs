@@ -12,8 +12,10 @@
 //!    them and once against the config's limits (everything over capacity
 //!    must be a 429, nothing else may fail).
 //!
-//! Writes a Markdown report (`--out`) with the command and the measured
-//! numbers; there are no pass/fail thresholds here.
+//! Writes a Markdown report (`--out`) with the command, the measured
+//! numbers and a verdict against the targets of `tools/bench/targets.yaml`
+//! (added mean end-to-end time, added p99 latency per token, no failure
+//! other than a 429).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -27,10 +29,15 @@ use gateway::backend::{Backend, Submission};
 use gateway::{Gateway, GatewayOptions, GatewayServer};
 use loadgen::page::Page;
 use loadgen::stats::percentile;
+use loadgen::verdict::Goal;
 use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::StreamEvent;
 use subserver::service::Service;
+
+#[allow(dead_code)] // Each bench uses its own part of the shared support.
+#[path = "support/targets.rs"]
+mod targets;
 
 #[derive(Parser)]
 struct Args {
@@ -248,7 +255,7 @@ async fn serve(
         Some(stamps) => Arc::new(Stamping { inner, stamps }),
         None => Arc::new(inner),
     };
-    gw.pool.set_backends(vec![backend]);
+    gw.primary().pool.set_backends(vec![backend]);
     GatewayServer::bind(Arc::new(gw), "127.0.0.1:0")
         .await
         .expect("bind")
@@ -455,6 +462,28 @@ async fn main() -> anyhow::Result<()> {
         &["gateway", "completed", "429", "other errors", "wall (s)"],
         &rows,
     );
+    let other_errors = many.iter().map(|m| m.3 as f64).sum::<f64>();
+    let verdicts = [
+        (
+            "Mean end-to-end time the gateway adds (%)",
+            "gateway.overhead_pct_max",
+            overhead,
+        ),
+        (
+            "Added latency per streamed token, p99 (ms)",
+            "gateway.token_p99_ms_max",
+            tok_p99,
+        ),
+        (
+            "Answers other than a stream or a 429",
+            "gateway.other_errors_max",
+            other_errors,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, key, v)| targets::verdict(name, key, Goal::AtMost, vec![v]))
+    .collect::<anyhow::Result<Vec<_>>>()?;
+    targets::section(&mut page, &verdicts);
     print!("{}", page.render());
     if let Some(out) = &args.out {
         page.write(out)?;

@@ -13,7 +13,12 @@ use std::path::PathBuf;
 use anyhow::{bail, Result};
 use clap::Parser;
 use loadgen::page::Page;
+use loadgen::verdict::Goal;
 use subserver::bench::me_route::{run, MeRouteOptions, MeRouteRun};
+
+#[allow(dead_code)] // Each bench uses its own part of the shared support.
+#[path = "support/targets.rs"]
+mod targets;
 
 #[derive(Parser)]
 struct Args {
@@ -50,6 +55,8 @@ fn main() -> Result<()> {
     let n = args.weights.len();
     let mut rows = Vec::new();
     let mut totals = [vec![0u64; n], vec![0u64; n]];
+    // Per seed: the fraction of the home's steps the direct route saves.
+    let mut saved_by_seed = Vec::new();
     for &seed in &args.seeds {
         let opts = MeRouteOptions {
             weights: args.weights.clone(),
@@ -67,6 +74,7 @@ fn main() -> Result<()> {
                 *t += s;
             }
         }
+        saved_by_seed.push(1.0 - direct.steps[0] as f64 / detour.steps[0].max(1) as f64);
         rows.push(row(seed, "detour", &detour, &detour));
         rows.push(row(seed, "direct", &direct, &detour));
     }
@@ -116,6 +124,14 @@ fn main() -> Result<()> {
         saved * 100.0,
         all_saved * 100.0
     ));
+    let verdict = targets::verdict(
+        "Fraction of the home's steps the direct route saves",
+        "me_direct.home_steps_saved_min",
+        Goal::AtLeast,
+        saved_by_seed,
+    )?;
+    println!("{}", verdict.sentence());
+    targets::section(&mut page, &[verdict]);
     if let Some(out) = &args.out {
         page.write(out)?;
         println!("wrote {}", out.display());

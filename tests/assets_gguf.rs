@@ -5,9 +5,9 @@
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 #[allow(dead_code)] // each test crate uses a different part of the helpers
-mod assets_support;
+mod common;
 
-use assets_support::{asset, check_py};
+use common::assets::{asset, check_py};
 use subserver::assets::gguf::{import_gguf, GgufFile, ImportOptions};
 use subserver::assets::{load_tokenizer, StorageDtype};
 

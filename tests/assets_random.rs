@@ -4,11 +4,11 @@
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 #[allow(dead_code)] // each test crate uses a different part of the helpers
-mod assets_support;
+mod common;
 
 use std::path::Path;
 
-use assets_support::{check_py, qwen3_tokenizer_dir};
+use common::assets::{check_py, qwen3_tokenizer_dir};
 use subserver::assets::random::{gen_random, GenRandomOptions, Preset};
 use subserver::assets::{tensor_specs, Checkpoint, StorageDtype};
 use subserver::model::config::ModelConfig;

@@ -15,26 +15,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use common::{cache_dir, python};
 use serde_json::{json, Map, Value};
 use subserver::tokenizer::{ChatMessage, ChatTemplate, TokenizerError};
 
 const MAKE_TEST: &str = "run `make test` (it fetches the test assets)";
-
-fn cache_dir() -> PathBuf {
-    common::cache_dir()
-}
-
-fn python() -> PathBuf {
-    let py = std::env::var_os("TOKENROUTER_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("venv/bin/python"));
-    assert!(
-        py.exists(),
-        "Python interpreter {} not found: {MAKE_TEST}",
-        py.display()
-    );
-    py
-}
 
 fn template_dirs() -> Vec<PathBuf> {
     let dirs: Vec<PathBuf> = match std::env::var("TOKENROUTER_TEMPLATE_DIRS") {

@@ -298,9 +298,12 @@ fn sigterm_cancels_what_outlives_the_drain_deadline() {
         &[],
         &[],
     );
+    let drain = std::time::Duration::from_millis(300);
+    // Streaming already (its first event arrived), 100,000 tokens: minutes.
     let mut curl = background_stream(&s.url, 100_000);
     let t0 = std::time::Instant::now();
     let status = s.terminate();
+    let took = t0.elapsed();
     assert!(status.success(), "{status:?}");
     curl.wait_exit();
     let text = curl.stdout();
@@ -309,7 +312,23 @@ fn sigterm_cancels_what_outlives_the_drain_deadline() {
         "the stream ends with an error event: {}",
         &text[text.len().saturating_sub(400)..]
     );
-    println!("exited {:?} after SIGTERM", t0.elapsed());
+    // The stream outlived the drain deadline: the process waited the whole
+    // deadline for it, and it never finished on its own.
+    assert!(
+        took >= drain,
+        "exited {took:?} after SIGTERM, before the {drain:?} drain deadline"
+    );
+    assert!(!text.contains("\"finish_reason\":\"length\""), "{text}");
+    assert!(
+        !text.contains("data: [DONE]"),
+        "the stream was not cut: {text}"
+    );
+    // ... and was cut there, not run to its end (minutes) nor left to a
+    // hang bound: the exit follows the deadline closely.
+    assert!(
+        took < drain + std::time::Duration::from_secs(10),
+        "exited only {took:?} after SIGTERM"
+    );
 }
 
 #[test]

@@ -18,13 +18,12 @@ use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::Usage;
 use subserver::service::Service;
+use test_support::HANG;
 
 /// Token slots per KV block (the config's `block_size`).
 const BLOCK: usize = 16;
 /// A pool that never runs short for these requests.
 const ROOMY: usize = 4096;
-/// Deadline that only catches a hang.
-const HANG: Duration = Duration::from_secs(300);
 
 /// The pair under `Random` routing with probability `p` of the large model,
 /// every model with a pool of `kv_tokens` tokens.

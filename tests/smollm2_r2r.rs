@@ -71,6 +71,31 @@ fn the_router_predicts_divergence_on_held_out_answers() {
     );
 }
 
+/// How far our engine's divergence rate on the router's test half may sit
+/// from training.json's (transformers in the router's feature dtype against
+/// the teacher's own top-1, we in f32 against the answer tokens).
+const DIVERGENCE_TOLERANCE: f64 = 0.05;
+
+#[test]
+fn our_engine_reproduces_the_routers_held_out_divergence_rate() {
+    // r2r_router.py calibrates on the first half of the held-out prompts
+    // and tests on the second; the router's labels there are the exit's
+    // top-1 against the teacher's. Recomputed with our engine: a wrong
+    // split or label would move it.
+    let split = common::heldout::split();
+    let test = &split.holdout[split.holdout.len() / 2..];
+    let agrees = common::heldout::top1_agrees(&common::model_dir(HEALED), test);
+    let ours = 1.0 - common::heldout::rate(&agrees);
+    let text =
+        std::fs::read_to_string(common::cache_dir().join(ROUTER).join("training.json")).unwrap();
+    let r: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let theirs = r["test_divergence_rate"].as_f64().unwrap();
+    assert!(
+        (ours - theirs).abs() <= DIVERGENCE_TOLERANCE,
+        "divergence rate on the router's test half: ours {ours:.3}, training.json {theirs:.3}"
+    );
+}
+
 #[test]
 fn the_r2r_pair_routes_both_ways_on_real_prompts() {
     let service = Service::start(&config(), None).unwrap();

@@ -10,7 +10,14 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use std::time::{Duration, Instant};
+
+use subserver::service::member::DNS_WAIT;
 use test_support::{free_port, spawn_subserver, Proc};
+
+/// A SIGTERM during the DNS wait ends the process within this (generous
+/// for a loaded machine, a tenth of the DNS wait).
+const AT_ONCE: Duration = Duration::from_secs(30);
 
 /// A group config: every step of either model takes `step_ms`.
 fn write_config(dir: &Path, step_ms: f64) -> std::path::PathBuf {
@@ -153,9 +160,22 @@ fn sigterm_while_waiting_for_peer_dns_exits_at_once() {
     quick.wait_line("the DNS wait", |l| {
         l.contains("waiting for the peers' DNS names")
     });
+    let t0 = Instant::now();
     quick.terminate();
     let status = quick.wait_exit();
+    let took = t0.elapsed();
     assert!(status.success(), "{status:?}:\n{}", quick.output());
+    // "At once" must be told apart from waiting out the DNS wait: the bound
+    // is a tenth of it (the hang bound of `wait_exit` equals the DNS wait,
+    // so a process that waited would fail only there, unnamed).
+    assert!(
+        DNS_WAIT >= 10 * AT_ONCE,
+        "the DNS wait must dwarf the bound"
+    );
+    assert!(
+        took < AT_ONCE,
+        "exited {took:?} after SIGTERM: it waited for DNS (bound {AT_ONCE:?}, DNS wait {DNS_WAIT:?})"
+    );
     assert!(
         quick.stderr().contains("stopped before it served"),
         "{}",

@@ -22,6 +22,52 @@ use serde_json::json;
 
 use k8s_support::*;
 
+/// The autoscale period of the tests' operator ([`Operator::start`]).
+const AUTOSCALE_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Watches the `auto` resource's two StatefulSets and its status for
+/// `window` (several autoscale periods): at every change either goes
+/// through, and at every tick between, both sets hold `want` replicas and
+/// the autoscaler still wants `want` groups. The claim is that nothing
+/// happens over a period, so it takes a window and many observations.
+async fn holds_replicas(
+    sets: &Api<StatefulSet>,
+    trds: &Api<crds::TokenRouterDeployment>,
+    want: i32,
+    window: std::time::Duration,
+) {
+    let mut wake = futures::stream::select(changes(sets), changes(trds));
+    let end = tokio::time::Instant::now() + window;
+    let mut tick = tokio::time::interval(AUTOSCALE_PERIOD / 5);
+    let mut seen = 0;
+    loop {
+        let replicas =
+            |name: &'static str| async move { sets.get(name).await.ok()?.spec?.replicas };
+        let got = (replicas("auto-small").await, replicas("auto-big").await);
+        let desired = trds
+            .get("auto")
+            .await
+            .ok()
+            .and_then(|t| t.status)
+            .map(|s| s.desired_groups);
+        assert_eq!(
+            (got, desired),
+            ((Some(want), Some(want)), Some(want)),
+            "left {want} groups after {seen} observations"
+        );
+        seen += 1;
+        if tokio::time::Instant::now() >= end {
+            break;
+        }
+        tokio::select! {
+            _ = futures::StreamExt::next(&mut wake) => {}
+            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(end) => {}
+        }
+    }
+    assert!(seen >= 10, "only {seen} observations in {window:?}");
+}
+
 /// (status, reason, message) of the resource's `Degraded` condition.
 async fn degraded(client: &Client, ns: &str, name: &str) -> Option<(String, String, String)> {
     let s = trds(client, ns).get(name).await.ok()?.status?;
@@ -295,8 +341,10 @@ async fn autoscaler_reads_the_gateway_through_its_endpointslice() {
             .await
         }
     };
-    // No endpoints yet: metrics missing, the count holds at minGroups.
+    // No endpoints yet: metrics missing, the count holds at minGroups, and
+    // keeps holding over several autoscale periods (not one lucky sample).
     replicas(1).await;
+    holds_replicas(&sets, &api, 1, AUTOSCALE_PERIOD * 5).await;
 
     // The endpoints controller's part: one ready gateway endpoint.
     load.store(7, Ordering::SeqCst);

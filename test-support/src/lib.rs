@@ -7,11 +7,13 @@
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
+mod assets;
 pub mod chromium;
 pub mod proc;
 pub mod stream;
 mod subserver;
 
+pub use assets::{asset, cache_dir, model_dir, python};
 pub use proc::Proc;
 pub use subserver::spawn as spawn_subserver;
 

@@ -1,54 +1,16 @@
-//! Shared by the `assets_*` integration tests: locating the cached assets and
-//! the Python interpreter, and running `tests/python/assets_check.py`.
-//! A missing asset fails the test with a pointer to `make test`.
+//! For the `assets_*` integration tests: the cached assets they check and
+//! running `tests/python/assets_check.py` (the lookups themselves live in
+//! the `test-support` crate). A missing asset fails the test with a pointer
+//! to `make test`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `TOKENROUTER_CACHE`, else the nearest `.cache/` above this package.
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TOKENROUTER_CACHE") {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .map(|a| a.join(".cache"))
-        .find(|p| p.is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "no .cache/ above {}: set TOKENROUTER_CACHE or run `make test`",
-                env!("CARGO_MANIFEST_DIR")
-            )
-        })
-}
-
-/// A file or directory under the cache that must exist.
-pub fn asset(rel: &str) -> PathBuf {
-    let path = cache_dir().join(rel);
-    assert!(
-        path.exists(),
-        "missing test asset {}: run `make test` to fetch it",
-        path.display()
-    );
-    path
-}
+pub use test_support::{asset, python};
 
 /// The real Qwen3 tokenizer directory.
 pub fn qwen3_tokenizer_dir() -> PathBuf {
     asset("assets/qwen3-tokenizer")
-}
-
-/// `TOKENROUTER_PYTHON`, else the cache's venv.
-pub fn python() -> PathBuf {
-    let path = std::env::var_os("TOKENROUTER_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("venv/bin/python"));
-    assert!(
-        path.exists(),
-        "missing Python interpreter {}: run `make test` to create the venv",
-        path.display()
-    );
-    path
 }
 
 /// Runs `assets_check.py <args>`; fails the test with its stderr unless it

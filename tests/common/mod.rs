@@ -1,36 +1,14 @@
-//! Shared helpers of the end-to-end tests: where the prepared assets are.
+//! Shared helpers of the end-to-end tests (the root crate's; where the
+//! prepared assets are comes from the `test-support` crate, re-exported).
 
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-/// `$TOKENROUTER_CACHE`, else the workspace's `.cache/` (what `make test` prepares).
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("TOKENROUTER_CACHE") {
-        return PathBuf::from(dir);
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".cache")
-}
+pub mod assets;
+pub mod heldout;
 
-/// A prepared model directory; panics with the fix when it is missing.
-pub fn model_dir(name: &str) -> PathBuf {
-    let dir = cache_dir().join("models").join(name);
-    assert!(
-        dir.join("config.json").exists(),
-        "model {} is missing: run `make test` (it prepares the assets)",
-        dir.display()
-    );
-    dir
-}
-
-/// The reference Python interpreter (transformers installed).
-pub fn python() -> PathBuf {
-    let py = std::env::var_os("TOKENROUTER_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| cache_dir().join("venv/bin/python"));
-    assert!(py.exists(), "{} is missing: run `make test`", py.display());
-    py
-}
+pub use test_support::{cache_dir, model_dir, python};
 
 /// A script under tests/python.
 pub fn script(name: &str) -> PathBuf {

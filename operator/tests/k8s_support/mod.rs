@@ -18,8 +18,9 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::Client;
 use serde::de::DeserializeOwned;
 
-/// Only catches hangs: every wait ends on an observed event long before.
-pub const HANG: Duration = Duration::from_secs(300);
+/// Only catches hangs: every wait ends on an observed event long before
+/// (the workspace's one bound, from `test-support`).
+pub use test_support::HANG;
 
 /// `make test-k8s` sets this: a missing cluster is then a failure, not a skip.
 pub fn required() -> bool {
