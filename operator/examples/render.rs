@@ -26,11 +26,12 @@ fn main() -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&path).with_context(|| path.clone())?;
     let mut trd: TokenRouterDeployment = serde_yaml::from_str(&text)
         .with_context(|| format!("{path}: not a TokenRouterDeployment"))?;
+    // Not `default`: objects belong in a namespace of their own.
     let namespace = trd
         .metadata
         .namespace
         .clone()
-        .unwrap_or_else(|| "default".into());
+        .unwrap_or_else(|| "tokenrouter".into());
     trd.metadata.namespace = Some(namespace.clone());
     if let Some((reason, message)) = operator::validate::check(&trd) {
         anyhow::bail!("{path}: {reason}: {message}");
