@@ -103,23 +103,17 @@ class Container(threading.Thread):
         log_path = pod.kubelet.log_path(pod, self.name, self.restarts)
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         cid = self.runtime.create(spec, env)
+        self.cid = cid
+        # Listening for an OOM before the command runs: a quick one would otherwise be missed.
+        pid = self.runtime.init(cid)
+        self.oom = runtime.OomWatch(pid) if pid else None
         with open(log_path, "ab") as out:
             proc = self.runtime.start(cid, out)
         self.started_at = time.monotonic()
-        self._set(cid=cid, proc=proc, image_id=image_cfg.get("Id", ""), state={"running": {"startedAt": now()}},
+        self._set(proc=proc, image_id=image_cfg.get("Id", ""), state={"running": {"startedAt": now()}},
                   started=False, ready=False)
-        self.oom = self._watch_oom()
         pod.kubelet.journal(pod, self.name, "started", container_id=cid, restart=self.restarts)
         log.info("%s/%s started %s from %s: %s", pod.key, self.name, cid[:12], self.spec["image"], " ".join(argv))
-
-    def _watch_oom(self):
-        """An OomWatch on the container's cgroup once it runs (None if it exited before)."""
-        while self.proc.poll() is None:
-            pid = self.runtime.state(self.cid).get("Pid") or 0
-            if pid:
-                return runtime.OomWatch(pid)
-            time.sleep(0.05)
-        return None
 
     def _terminated(self, rc):
         """The terminated state of the container whose `podman start` exited with `rc`."""

@@ -150,6 +150,12 @@ class Podman:
         penv.update(env)
         return _run(create_args(spec), env=penv).stdout.strip()
 
+    def init(self, cid):
+        """Makes the container (cgroups, namespaces) without running its command; its Pid then is
+        the runtime's init process, already in the container's cgroups."""
+        _run(["init", cid])
+        return self.state(cid).get("Pid") or 0
+
     def start(self, cid, log_file):
         """`podman start --attach`: its exit is the container's; output goes to `log_file`."""
         return subprocess.Popen([PODMAN, "start", "--attach", cid], stdout=log_file, stderr=subprocess.STDOUT,
