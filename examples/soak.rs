@@ -164,7 +164,7 @@ async fn serve(cfg: &EngineConfig, service: &Service, options: GatewayOptions) -
         vec![],
     )
     .expect("gateway");
-    gw.pool.set_backends(vec![Arc::new(InProcBackend::new(
+    gw.primary().pool.set_backends(vec![Arc::new(InProcBackend::new(
         service.group().clone(),
         "inproc",
     ))]);

@@ -117,7 +117,7 @@ impl State {
         }
         tracing::info!(groups = ?next.keys().collect::<Vec<_>>(), "groups loaded");
         self.backends = next;
-        self.gw.pool.set_backends(list);
+        self.gw.primary().pool.set_backends(list);
     }
 }
 

@@ -9,12 +9,21 @@ use crate::text::TextSide;
 use crate::validate::{self, Catalog};
 
 /// A served name and two members, without a tokenizer (token-id prompts;
-/// text prompts get their 400).
+/// text prompts get their 400), with sampling defaults so that omitted
+/// fields take the default path.
 fn catalog() -> Catalog {
+    let defaults = engine_config::GenerationDefaults {
+        temperature: Some(0.2),
+        top_p: Some(0.9),
+        top_k: Some(20),
+        min_p: None,
+    };
     Catalog {
         served: "tr".into(),
         members: vec!["quick".into(), "reference".into()],
         entry: 0,
+        defaults,
+        member_defaults: vec![defaults; 2],
     }
 }
 

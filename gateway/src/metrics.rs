@@ -5,12 +5,17 @@
 //! prefix too and never share a name with these). The names, with their
 //! types and labels, live in `protocol::metrics::gateway`.
 
+use prometheus::proto::LabelPair;
 use prometheus::{
     exponential_buckets, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 pub use protocol::metrics::gateway::*;
+
+/// The label naming the served group of an in-process subserver's sample
+/// when one process serves several groups.
+pub const GROUP_LABEL: &str = "group";
 
 /// Every collector of the gateway.
 #[derive(Clone)]
@@ -162,13 +167,32 @@ impl GatewayMetrics {
         }
     }
 
-    /// Prometheus text of the gateway's registry plus `extra` registries.
-    pub fn render(&self, extra: &[Registry]) -> String {
+    /// Prometheus text of the gateway's registry plus `extra` registries,
+    /// each named by its group. With more than one, every extra sample
+    /// gets a `group` label and same-named families are merged (one
+    /// `# TYPE` line per name, as the text format requires).
+    pub fn render(&self, extra: &[(String, Registry)]) -> String {
         let encoder = TextEncoder::new();
         let mut out = Vec::new();
         let mut families = self.registry.gather();
-        for r in extra {
-            families.extend(r.gather());
+        let labelled = extra.len() > 1;
+        for (group, r) in extra {
+            for mut family in r.gather() {
+                if labelled {
+                    for metric in family.mut_metric() {
+                        let mut labels = metric.take_label();
+                        let mut pair = LabelPair::default();
+                        pair.set_name(GROUP_LABEL.to_string());
+                        pair.set_value(group.clone());
+                        labels.push(pair);
+                        metric.set_label(labels);
+                    }
+                }
+                match families.iter_mut().find(|f| f.name() == family.name()) {
+                    Some(same) => same.mut_metric().extend(family.take_metric()),
+                    None => families.push(family),
+                }
+            }
         }
         if let Err(e) = encoder.encode(&families, &mut out) {
             tracing::warn!(error = %e, "metrics encoding failed");

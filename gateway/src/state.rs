@@ -1,5 +1,6 @@
-//! The gateway's shared state: what every request handler reads (groups,
-//! text side, catalog, metrics, keys, drain state, settings).
+//! The gateway's shared state: what every request handler reads (the
+//! routed groups served, each with its catalog, text side and replicas;
+//! metrics, keys, drain state, settings).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -58,14 +59,22 @@ impl GatewayOptions {
     }
 }
 
-/// Everything a request handler needs.
-pub struct Gateway {
-    /// The groups.
-    pub pool: Pool,
+/// One routed group the gateway serves: its names and sampling defaults,
+/// its tokenizer, and the replicas (backends) that run it.
+pub struct Served {
+    /// Served model names and their sampling defaults.
+    pub catalog: Catalog,
     /// Tokenizer and chat template.
     pub text: TextSide,
-    /// Served model names.
-    pub catalog: Catalog,
+    /// The replicas of this group.
+    pub pool: Pool,
+}
+
+/// Everything a request handler needs.
+pub struct Gateway {
+    /// The routed groups, in configuration order (at least one; the first
+    /// also answers to `default` and names the metrics).
+    pub served: Vec<Served>,
     /// Collectors.
     pub metrics: GatewayMetrics,
     /// Accepted API keys.
@@ -74,31 +83,80 @@ pub struct Gateway {
     pub shutdown: Shutdown,
     /// Settings.
     pub options: GatewayOptions,
-    /// Registries appended to `/metrics` (in-process subservers).
-    pub extra_registries: Vec<Registry>,
+    /// Registries appended to `/metrics` (in-process subservers), each
+    /// with the name of the group it counts for.
+    pub extra_registries: Vec<(String, Registry)>,
     next_id: AtomicU64,
 }
 
 impl Gateway {
-    /// A gateway with no groups yet (see [`Pool::set_backends`]).
+    /// A gateway serving one routed group, with no replicas yet (see
+    /// [`Pool::set_backends`] on [`Self::primary`]'s pool).
     pub fn new(
         catalog: Catalog,
         text: TextSide,
         keys: ApiKeys,
         options: GatewayOptions,
-        extra_registries: Vec<Registry>,
+        extra_registries: Vec<(String, Registry)>,
     ) -> Result<Self, prometheus::Error> {
+        Self::with_groups(vec![(catalog, text)], keys, options, extra_registries)
+    }
+
+    /// A gateway serving one routed group per `(catalog, text)`, in that
+    /// order, with no replicas yet (see [`Pool::set_backends`]). The
+    /// caller checks that group names differ (see `app::check_names`); an
+    /// empty `groups` is refused.
+    pub fn with_groups(
+        groups: Vec<(Catalog, TextSide)>,
+        keys: ApiKeys,
+        options: GatewayOptions,
+        extra_registries: Vec<(String, Registry)>,
+    ) -> Result<Self, prometheus::Error> {
+        let Some((first, _)) = groups.first() else {
+            return Err(prometheus::Error::Msg("a gateway needs a group".into()));
+        };
         Ok(Self {
-            pool: Pool::new(options.max_inflight, options.max_queue),
-            metrics: GatewayMetrics::new(&catalog.served)?,
-            text,
-            catalog,
+            metrics: GatewayMetrics::new(&first.served)?,
+            served: groups
+                .into_iter()
+                .map(|(catalog, text)| Served {
+                    catalog,
+                    text,
+                    pool: Pool::new(options.max_inflight, options.max_queue),
+                })
+                .collect(),
             keys,
             shutdown: Shutdown::new(),
             options,
             extra_registries,
             next_id: AtomicU64::new(1),
         })
+    }
+
+    /// The first group (the one `default` names; a remote gateway's only one).
+    pub fn primary(&self) -> &Served {
+        &self.served[0]
+    }
+
+    /// The group serving `model`, by index: a group's name, then `default`
+    /// (the first group), then a member's name (the first group that has
+    /// a member of that name).
+    pub fn group_of(&self, model: &str) -> Result<usize, ApiError> {
+        let named = self.served.iter().position(|g| g.catalog.served == model);
+        let by_member = || {
+            self.served
+                .iter()
+                .position(|g| g.catalog.members.iter().any(|m| m == model))
+        };
+        named
+            .or((model == "default").then_some(0))
+            .or_else(by_member)
+            .ok_or_else(|| ApiError::ModelNotFound(model.to_string()))
+    }
+
+    /// Every replica of every group.
+    pub fn all_replicas(&self) -> Vec<std::sync::Arc<crate::pool::GroupEntry>> {
+        self.served.iter().flat_map(|g| g.pool.groups()).collect()
     }
 
     /// A fresh request id.
@@ -121,10 +179,10 @@ impl Gateway {
 
     /// Refreshes the running/waiting gauges and group counts.
     pub fn refresh_gauges(&self) {
-        let groups = self.pool.groups();
+        let groups = self.all_replicas();
         let (mut running, mut up) = (0usize, 0usize);
         // Requests waiting for a first group are load too (scale from zero).
-        let mut waiting = self.pool.waiting_for_group();
+        let mut waiting: usize = self.served.iter().map(|g| g.pool.waiting_for_group()).sum();
         for g in &groups {
             running += g.admission.running_requests();
             waiting += g.admission.queued();
@@ -151,8 +209,7 @@ impl Gateway {
 
     /// Requests holding slots in any group.
     pub fn in_flight(&self) -> usize {
-        self.pool
-            .groups()
+        self.all_replicas()
             .iter()
             .map(|g| g.admission.running_requests() + g.admission.queued())
             .sum()

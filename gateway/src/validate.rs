@@ -3,6 +3,7 @@
 //! routing, or one member model alone). Everything is checked here, before
 //! the request takes a slot; the error names the field.
 
+use engine_config::GenerationDefaults;
 use protocol::client::RequestError;
 use protocol::sampling::SamplingParams;
 use serde_json::{Map, Value};
@@ -37,9 +38,10 @@ pub enum Target {
     Pinned(u16),
 }
 
-/// The models a gateway serves: the group name (token-level routing) and
-/// each member (query-level on that model).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The models one routed group serves: the group name (token-level
+/// routing) and each member (query-level on that model), with the sampling
+/// defaults of each (vLLM's generation config).
+#[derive(Debug, Clone, PartialEq)]
 pub struct Catalog {
     /// The routed group's name (`gateway.served_model_name`).
     pub served: String,
@@ -47,6 +49,11 @@ pub struct Catalog {
     pub members: Vec<String>,
     /// Index of the entry model (the small one); the others count as large.
     pub entry: u16,
+    /// Sampling defaults of the routed group.
+    pub defaults: GenerationDefaults,
+    /// Sampling defaults of each member served alone (index = member);
+    /// a missing entry means none.
+    pub member_defaults: Vec<GenerationDefaults>,
 }
 
 impl Catalog {
@@ -59,6 +66,18 @@ impl Catalog {
         match self.members.iter().position(|m| m == model) {
             Some(i) => Ok(Target::Pinned(i as u16)),
             None => Err(ApiError::ModelNotFound(model.to_string())),
+        }
+    }
+
+    /// The sampling defaults of `target`.
+    pub fn defaults_for(&self, target: Target) -> GenerationDefaults {
+        match target {
+            Target::Routed => self.defaults,
+            Target::Pinned(i) => self
+                .member_defaults
+                .get(i as usize)
+                .copied()
+                .unwrap_or_default(),
         }
     }
 
@@ -139,12 +158,16 @@ struct Sampling {
     sources: bool,
 }
 
-/// Shared sampling fields → engine parameters, `n`, streaming options.
+/// Shared sampling fields → engine parameters, `n`, streaming options. A
+/// sampling field the request leaves out (or sets to null) takes the
+/// served model's default, as vLLM does; the request's own values win.
 fn sampling(
     f: &SamplingFields,
     max_tokens: Option<u64>,
     default_max: usize,
+    defaults: &GenerationDefaults,
 ) -> Result<Sampling, ApiError> {
+    let base = defaults.params();
     let max_tokens = match max_tokens {
         None => default_max,
         Some(m) if m > MAX_TOKENS_CAP => {
@@ -155,7 +178,8 @@ fn sampling(
         Some(m) => m as usize,
     };
     let top_k = match f.top_k {
-        None | Some(-1) | Some(0) => 0,
+        None => base.top_k,
+        Some(-1) | Some(0) => 0,
         Some(k) if k > 0 => k as usize,
         Some(k) => {
             return Err(ApiError::invalid(
@@ -179,10 +203,10 @@ fn sampling(
         return Err(ApiError::invalid("stop", "at most 16 stop strings"));
     }
     let params = SamplingParams {
-        temperature: float(f.temperature, 1.0),
-        top_p: float(f.top_p, 1.0),
+        temperature: float(f.temperature, base.temperature),
+        top_p: float(f.top_p, base.top_p),
         top_k,
-        min_p: float(f.min_p, 0.0),
+        min_p: float(f.min_p, base.min_p),
         seed: f.seed.map(|s| s as u64),
         max_tokens,
         stop,
@@ -257,6 +281,7 @@ pub fn chat(req: ChatRequest, catalog: &Catalog, text: &TextSide) -> Result<Prep
         &req.sampling,
         req.max_completion_tokens.or(req.sampling.max_tokens),
         DEFAULT_CHAT_MAX_TOKENS,
+        &catalog.defaults_for(target),
     )?;
     let logprobs = match (req.logprobs.unwrap_or(false), req.top_logprobs) {
         (false, Some(_)) => {
@@ -373,6 +398,7 @@ pub fn completion(
         &req.sampling,
         req.sampling.max_tokens,
         DEFAULT_COMPLETION_MAX_TOKENS,
+        &catalog.defaults_for(target),
     )?;
     let logprobs = match req.logprobs {
         None => None,
@@ -443,95 +469,4 @@ pub fn completion(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::openai::request::{parse_object, typed};
-
-    fn catalog() -> Catalog {
-        Catalog {
-            served: "tr".into(),
-            members: vec!["quick".into(), "reference".into()],
-            entry: 0,
-        }
-    }
-
-    fn completion_of(body: &str) -> Result<Prepared, ApiError> {
-        let map = parse_object(body.as_bytes(), Endpoint::Completions)?;
-        completion(typed(map)?, &catalog(), &TextSide::none())
-    }
-
-    #[test]
-    fn models_resolve_to_targets() {
-        let c = catalog();
-        assert_eq!(c.resolve("tr"), Ok(Target::Routed));
-        assert_eq!(c.resolve("default"), Ok(Target::Routed));
-        assert_eq!(c.resolve("reference"), Ok(Target::Pinned(1)));
-        assert_eq!(
-            c.resolve("gpt-4"),
-            Err(ApiError::ModelNotFound("gpt-4".into()))
-        );
-    }
-
-    #[test]
-    fn token_prompts_and_sampling_fields_are_checked() {
-        let p = completion_of(
-            r#"{"model":"quick","prompt":[[1,2,3],[4]],"max_tokens":5,"n":2,"seed":7,"top_k":-1,"stop":["a","b"],"temperature":0}"#,
-        )
-        .unwrap();
-        assert_eq!(p.target, Target::Pinned(0));
-        assert_eq!(p.prompts.len(), 2);
-        assert_eq!(p.num_sequences(), 4);
-        assert_eq!(p.params.max_tokens, 5);
-        assert_eq!(p.params.seed, Some(7));
-        assert_eq!(p.params.top_k, 0);
-        assert_eq!(p.params.stop, vec!["a".to_string(), "b".into()]);
-        for (body, param) in [
-            (
-                r#"{"model":"tr","prompt":[1],"temperature":-1}"#,
-                "temperature",
-            ),
-            (r#"{"model":"tr","prompt":[1],"top_p":1.5}"#, "top_p"),
-            (r#"{"model":"tr","prompt":[1],"top_p":0}"#, "top_p"),
-            (
-                r#"{"model":"tr","prompt":[1],"temperature":150}"#,
-                "temperature",
-            ),
-            (r#"{"model":"tr","prompt":[1],"min_p":2}"#, "min_p"),
-            (r#"{"model":"tr","prompt":[1],"n":0}"#, "n"),
-            (r#"{"model":"tr","prompt":[1],"n":100000}"#, "n"),
-            (
-                r#"{"model":"tr","prompt":[1],"max_tokens":0}"#,
-                "max_tokens",
-            ),
-            (r#"{"model":"tr","prompt":[1],"top_k":-5}"#, "top_k"),
-            (r#"{"model":"tr","prompt":[-1]}"#, "prompt[0][0]"),
-            (r#"{"model":"tr","prompt":[1],"stop":[""]}"#, "stop[0]"),
-            (r#"{"model":"tr","prompt":[1],"logprobs":21}"#, "logprobs"),
-            (
-                r#"{"model":"tr","prompt":[1],"stream_options":{"include_usage":true}}"#,
-                "stream_options",
-            ),
-            (
-                r#"{"model":"tr","prompt":"text needs a tokenizer"}"#,
-                "prompt",
-            ),
-        ] {
-            match completion_of(body) {
-                Err(ApiError::InvalidParam { param: p, .. }) => assert_eq!(p, param, "{body}"),
-                other => panic!("{body}: {other:?}"),
-            }
-        }
-        assert!(matches!(
-            completion_of(r#"{"model":"tr","prompt":[1],"max_tokens":1e30}"#),
-            Err(ApiError::InvalidParam { .. })
-        ));
-        assert!(matches!(
-            completion_of(r#"{"model":"tr","prompt":[1],"max_tokens":100000000000}"#),
-            Err(ApiError::ContextLength(_))
-        ));
-        assert!(matches!(
-            completion_of(r#"{"model":"nope","prompt":[1]}"#),
-            Err(ApiError::ModelNotFound(_))
-        ));
-    }
-}
+mod tests;

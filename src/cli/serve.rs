@@ -1,5 +1,6 @@
-//! `tokenrouter serve`: the gateway and every subserver of the group in one
-//! process (in-process transport). With no config, the embedded default.
+//! `tokenrouter serve`: the gateway and every subserver of one or more
+//! routed groups in one process (in-process transport), one group per
+//! `--config`. With no config, the embedded groups `default` and `fast`.
 
 use std::path::PathBuf;
 
@@ -9,9 +10,13 @@ use subserver::config::EngineConfig;
 /// Arguments of `serve`.
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
-    /// Engine config (YAML); default: the built-in SmolLM2 pair (config/default.yaml).
+    /// Engine config (YAML) of one routed group, named by its
+    /// `gateway.served_model_name`; repeat to serve several groups (the
+    /// first one's `gateway:` settings bind the server). Default: the
+    /// built-in groups `default` (config/default.yaml) and `fast`
+    /// (config/fast.yaml).
     #[arg(long)]
-    config: Option<PathBuf>,
+    config: Vec<PathBuf>,
     /// Address to bind (overrides `gateway.host`).
     #[arg(long)]
     host: Option<String>,
@@ -30,19 +35,27 @@ pub struct ServeArgs {
 
 /// Runs `serve` until SIGTERM or ctrl-c, then drains.
 pub fn run(args: ServeArgs) -> Result<()> {
-    let mut cfg = match &args.config {
-        Some(path) => EngineConfig::from_file(path)?,
-        None => EngineConfig::embedded_default()?,
+    let mut cfgs = if args.config.is_empty() {
+        EngineConfig::embedded_groups()?
+    } else {
+        args.config
+            .iter()
+            .map(|path| EngineConfig::from_file(path))
+            .collect::<Result<Vec<_>, _>>()?
     };
-    if let Some(tokens) = args.max_total_tokens {
-        cfg.override_kv_tokens(tokens)?;
+    for cfg in &mut cfgs {
+        if let Some(tokens) = args.max_total_tokens {
+            cfg.override_kv_tokens(tokens)?;
+        }
+        if let Some(on) = args.cuda_graphs {
+            cfg.override_cuda_graphs(on);
+        }
     }
-    if let Some(on) = args.cuda_graphs {
-        cfg.override_cuda_graphs(on);
-    }
-    let host = args.host.unwrap_or_else(|| cfg.gateway().host.clone());
-    let port = args.port.unwrap_or(cfg.gateway().port);
-    let (gw, service) = gateway::app::inproc(&cfg).context("starting the group")?;
+    // The first config's gateway settings bind the server.
+    let first = cfgs.first().context("no engine config to serve")?.gateway();
+    let host = args.host.unwrap_or_else(|| first.host.clone());
+    let port = args.port.unwrap_or(first.port);
+    let (gw, services) = gateway::app::inproc_groups(&cfgs).context("starting the groups")?;
     // Scripts and tests read the bound address from the "listening" line.
     gateway::listen::block_on(gateway::listen::serve_until_signal(
         gw,
@@ -50,6 +63,6 @@ pub fn run(args: ServeArgs) -> Result<()> {
         port,
         "tokenrouter serve",
     ))?;
-    drop(service);
+    drop(services);
     Ok(())
 }

@@ -102,7 +102,7 @@ fn serve(
         gateway::GatewayOptions::from_config(cfg.gateway()),
         vec![],
     )?;
-    gw.pool.set_backends(vec![std::sync::Arc::new(
+    gw.primary().pool.set_backends(vec![std::sync::Arc::new(
         gateway::backend::std_serving::StdServingBackend::new(servers, rule, tokenizer),
     )]);
     let host = host.unwrap_or_else(|| cfg.gateway().host.clone());

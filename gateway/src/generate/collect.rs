@@ -39,7 +39,7 @@ impl Run {
         let names: Vec<String> = c
             .writers
             .iter()
-            .map(|&w| self.gw.catalog.member(w))
+            .map(|&w| self.catalog().member(w))
             .collect();
         let sources: Vec<&str> = names.iter().map(String::as_str).collect();
         response::final_choice(

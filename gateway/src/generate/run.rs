@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::openai::response::{self, Head};
 use crate::pool::GroupEntry;
 use crate::state::Gateway;
-use crate::validate::{Prepared, Target};
+use crate::validate::{Catalog, Prepared, Target};
 
 type Merged = SelectAll<BoxStream<'static, (usize, StreamEvent)>>;
 
@@ -64,6 +64,8 @@ pub(super) struct Choice {
 /// A request running on a group.
 pub struct Run {
     pub(super) gw: Arc<Gateway>,
+    /// Index of the served group in `gw.served`.
+    served: usize,
     pub(super) prepared: Prepared,
     _group: Arc<GroupEntry>,
     _slot: Slot,
@@ -79,9 +81,11 @@ pub struct Run {
 }
 
 impl Run {
-    /// Submits every choice of `prepared` to `group` (slots already taken).
+    /// Submits every choice of `prepared` to `group`, a replica of served
+    /// group `served` (slots already taken).
     pub fn start(
         gw: Arc<Gateway>,
+        served: usize,
         prepared: Prepared,
         group: Arc<GroupEntry>,
         slot: Slot,
@@ -102,11 +106,13 @@ impl Run {
         let n = subs.len();
         let prefix = response::id_prefix(prepared.endpoint);
         let id = format!("{prefix}-{}", gw.next_id());
-        let label = [gw.metrics.model_name()];
+        // vLLM's `model_name`: the served group's name.
+        let label = [gw.served[served].catalog.served.as_str()];
         let ttft = gw.metrics.ttft.with_label_values(&label);
         let itl = gw.metrics.itl.with_label_values(&label);
         let cancel = gw.shutdown.subscribe();
         Self {
+            served,
             ttft,
             itl,
             cancel,
@@ -143,7 +149,7 @@ impl Run {
     pub(super) fn apply(&mut self, i: usize, ev: StreamEvent) -> Result<(), ApiError> {
         let now = Instant::now();
         let want_lp = self.prepared.logprobs;
-        let gw = &self.gw;
+        let text_side = &self.gw.served[self.served].text;
         let Some(c) = self.choices.get_mut(i) else {
             return Ok(());
         };
@@ -175,7 +181,7 @@ impl Run {
                     };
                     // Without a tokenizer, a token is shown as its id.
                     let lp = response::token_logprob(&lp, token, |id| {
-                        gw.text
+                        text_side
                             .decode(&[id], false)
                             .unwrap_or_else(|_| format!("token_id:{id}"))
                     });
@@ -201,7 +207,8 @@ impl Run {
     /// Counts a finished request.
     pub(super) fn record_success(&self) {
         let m = &self.gw.metrics;
-        let model = m.model_name().to_string();
+        let catalog = self.catalog();
+        let model = catalog.served.clone();
         let reason = self
             .choices
             .first()
@@ -219,8 +226,8 @@ impl Run {
             .with_label_values(&[&model])
             .inc_by(u.completion_tokens as u64);
         m.count_tokens(
-            &self.gw.catalog.members,
-            self.gw.catalog.entry,
+            &catalog.members,
+            catalog.entry,
             &u.tokens_by_model,
             u.switches,
         );
@@ -229,7 +236,7 @@ impl Run {
     /// Usage over every choice: prompt tokens once per prompt, completion
     /// tokens of every choice.
     fn usage(&self) -> Usage {
-        let members = self.gw.catalog.members.len();
+        let members = self.catalog().members.len();
         let mut total = Usage {
             prompt_tokens: 0,
             completion_tokens: 0,
@@ -259,16 +266,26 @@ impl Run {
     }
 
     pub(super) fn usage_json(&self) -> Value {
-        response::usage_json(&self.usage(), &self.gw.catalog.members)
+        response::usage_json(&self.usage(), &self.catalog().members)
     }
 
     /// The writers' names (`unknown` for an index outside the group).
     pub(super) fn sources(&self, writers: &[u16]) -> Vec<&str> {
-        let members = &self.gw.catalog.members;
+        let members = &self.catalog().members;
         writers
             .iter()
             .map(|&w| members.get(w as usize).map_or("unknown", String::as_str))
             .collect()
+    }
+
+    /// The served group's catalog.
+    pub(super) fn catalog(&self) -> &Catalog {
+        &self.gw.served[self.served].catalog
+    }
+
+    /// The served group's tokenizer side.
+    pub(super) fn text(&self) -> &crate::text::TextSide {
+        &self.gw.served[self.served].text
     }
 
     /// The fields every object of this answer repeats.

@@ -142,7 +142,7 @@ impl StreamState {
             self.done = true;
             return;
         }
-        let has_tokenizer = self.run.gw.text.has_tokenizer();
+        let has_tokenizer = self.run.text().has_tokenizer();
         let Some(c) = self.run.choices.get_mut(i) else {
             return;
         };

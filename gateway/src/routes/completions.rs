@@ -11,7 +11,7 @@ use warp::reply::Response;
 use crate::admission::AdmissionError;
 use crate::error::ApiError;
 use crate::generate::Run;
-use crate::openai::request::{parse_object, typed};
+use crate::openai::request::{parse_object, typed, ChatRequest, CompletionRequest};
 use crate::openai::Endpoint;
 use crate::routes::{authorize, count, fail};
 use crate::state::Gateway;
@@ -39,11 +39,12 @@ pub async fn handle(
             ApiError::Unavailable("the server is shutting down".into()),
         );
     }
-    let prepared = match prepare(&gw, endpoint, &body) {
+    let (served, prepared) = match prepare(&gw, endpoint, &body) {
         Ok(p) => p,
         Err(e) => return fail(&gw, route, e),
     };
-    let Some(group) = gw.pool.pick_or_wait(gw.options.group_wait).await else {
+    let pool = &gw.served[served].pool;
+    let Some(group) = pool.pick_or_wait(gw.options.group_wait).await else {
         return fail(&gw, route, ApiError::Unavailable("no healthy group".into()));
     };
     let slot = match group.admission.acquire(prepared.num_sequences()).await {
@@ -62,7 +63,7 @@ pub async fn handle(
         }
     };
     let stream = prepared.stream;
-    let run = Run::start(gw.clone(), prepared, group, slot, start);
+    let run = Run::start(gw.clone(), served, prepared, group, slot, start);
     let resp = if stream {
         run.stream().await
     } else {
@@ -71,10 +72,22 @@ pub async fn handle(
     count(&gw, route, resp)
 }
 
-fn prepare(gw: &Gateway, endpoint: Endpoint, body: &[u8]) -> Result<Prepared, ApiError> {
+/// The request checked against the group its `model` names: that group's
+/// index and the prepared request.
+fn prepare(gw: &Gateway, endpoint: Endpoint, body: &[u8]) -> Result<(usize, Prepared), ApiError> {
     let map = parse_object(body, endpoint)?;
     match endpoint {
-        Endpoint::Chat => validate::chat(typed(map)?, &gw.catalog, &gw.text),
-        Endpoint::Completions => validate::completion(typed(map)?, &gw.catalog, &gw.text),
+        Endpoint::Chat => {
+            let req: ChatRequest = typed(map)?;
+            let i = gw.group_of(&req.model)?;
+            let g = &gw.served[i];
+            Ok((i, validate::chat(req, &g.catalog, &g.text)?))
+        }
+        Endpoint::Completions => {
+            let req: CompletionRequest = typed(map)?;
+            let i = gw.group_of(&req.model)?;
+            let g = &gw.served[i];
+            Ok((i, validate::completion(req, &g.catalog, &g.text)?))
+        }
     }
 }

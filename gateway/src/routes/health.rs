@@ -22,7 +22,7 @@ pub fn live() -> Response {
 
 /// Readiness.
 pub fn handle(gw: Arc<Gateway>) -> Response {
-    let groups = gw.pool.groups();
+    let groups = gw.all_replicas();
     let healthy = groups.iter().filter(|g| g.backend.healthy()).count();
     let scaled_to_zero = groups.is_empty() && !gw.options.group_wait.is_zero();
     let ok = (healthy > 0 || scaled_to_zero) && !gw.shutdown.draining();

@@ -1,15 +1,74 @@
-//! `GET /v1/models`: the group name (token-level routing) and every member
-//! model (query-level on that model).
+//! `GET /v1/models`: every routed group's name (token-level routing) and
+//! every member model (query-level on that model), each with the sampling
+//! defaults a request that leaves them out gets (`sampling_defaults`).
 
 use std::sync::Arc;
 
-use serde_json::json;
+use engine_config::GenerationDefaults;
+use serde_json::{json, Value};
 use warp::http::{HeaderMap, StatusCode};
 use warp::reply::Response;
 
 use crate::error::json_response;
 use crate::routes::{authorize, count};
 use crate::state::Gateway;
+use crate::validate::Target;
+
+/// The values in force (vLLM's spelling: `top_k` -1 when off).
+fn in_force(d: &GenerationDefaults) -> Value {
+    let p = d.params();
+    json!({
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+        "top_k": if p.top_k == 0 { -1 } else { p.top_k as i64 },
+        "min_p": p.min_p,
+    })
+}
+
+/// One model object: OpenAI's fields plus `routing`, `group` and
+/// `sampling_defaults`.
+fn entry(id: &str, routing: &str, group: &str, defaults: &GenerationDefaults) -> Value {
+    json!({
+        "id": id,
+        "object": "model",
+        "created": 0,
+        "owned_by": "tokenrouter",
+        "routing": routing,
+        "group": group,
+        "sampling_defaults": in_force(defaults),
+    })
+}
+
+/// Every served name, groups first (in configuration order), then the
+/// members; a member name two groups share is listed once, for the group
+/// that serves it (the first).
+pub fn list(gw: &Gateway) -> Vec<Value> {
+    let mut data: Vec<Value> = gw
+        .served
+        .iter()
+        .map(|g| {
+            let c = &g.catalog;
+            entry(&c.served, "token-level", &c.served, &c.defaults)
+        })
+        .collect();
+    let mut seen: Vec<&str> = gw
+        .served
+        .iter()
+        .map(|g| g.catalog.served.as_str())
+        .collect();
+    for g in &gw.served {
+        let c = &g.catalog;
+        for (i, m) in c.members.iter().enumerate() {
+            if seen.contains(&m.as_str()) {
+                continue;
+            }
+            seen.push(m);
+            let d = c.defaults_for(Target::Pinned(i as u16));
+            data.push(entry(m, "query-level", &c.served, &d));
+        }
+    }
+    data
+}
 
 /// Lists the served models.
 pub fn handle(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
@@ -17,19 +76,7 @@ pub fn handle(gw: Arc<Gateway>, headers: HeaderMap) -> Response {
     if let Some(resp) = authorize(&gw, ROUTE, &headers) {
         return resp;
     }
-    let entry = |id: &str, routing: &str| {
-        json!({
-            "id": id,
-            "object": "model",
-            "created": 0,
-            "owned_by": "tokenrouter",
-            "routing": routing,
-        })
-    };
-    let mut data = vec![entry(&gw.catalog.served, "token-level")];
-    for m in &gw.catalog.members {
-        data.push(entry(m, "query-level"));
-    }
+    let data = list(&gw);
     count(
         &gw,
         ROUTE,

@@ -11,7 +11,7 @@ use warp::reply::Response;
 use crate::error::{json_response, ApiError};
 use crate::openai::request::{typed, ChatRequest};
 use crate::routes::{authorize, count, fail};
-use crate::state::Gateway;
+use crate::state::{Gateway, Served};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -43,10 +43,11 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
-fn check_model(gw: &Gateway, model: Option<&str>) -> Result<(), ApiError> {
+/// The group whose tokenizer serves `model` (the first group when none is named).
+fn served_for<'a>(gw: &'a Gateway, model: Option<&str>) -> Result<&'a Served, ApiError> {
     match model {
-        Some(m) => gw.catalog.resolve(m).map(|_| ()),
-        None => Ok(()),
+        Some(m) => Ok(&gw.served[gw.group_of(m)?]),
+        None => Ok(gw.primary()),
     }
 }
 
@@ -56,9 +57,10 @@ fn tokenize_ids(gw: &Gateway, body: &[u8]) -> Result<Vec<u32>, ApiError> {
     if map.contains_key("messages") {
         // A conversation: rendered exactly as chat completions render it.
         map.entry("model".to_string())
-            .or_insert_with(|| Value::String(gw.catalog.served.clone()));
+            .or_insert_with(|| Value::String(gw.primary().catalog.served.clone()));
         let req: ChatRequest = typed(map)?;
-        let p = crate::validate::chat(req, &gw.catalog, &gw.text)?;
+        let g = served_for(gw, Some(&req.model))?;
+        let p = crate::validate::chat(req, &g.catalog, &g.text)?;
         return Ok(p
             .prompts
             .into_iter()
@@ -67,8 +69,8 @@ fn tokenize_ids(gw: &Gateway, body: &[u8]) -> Result<Vec<u32>, ApiError> {
             .unwrap_or_default());
     }
     let req: TokenizeText = typed(map)?;
-    check_model(gw, req.model.as_deref())?;
-    gw.text
+    served_for(gw, req.model.as_deref())?
+        .text
         .encode(&req.prompt, req.add_special_tokens.unwrap_or(true))
 }
 
@@ -90,7 +92,7 @@ pub fn tokenize(gw: Arc<Gateway>, headers: HeaderMap, body: Bytes) -> Response {
 
 fn detokenize_text(gw: &Gateway, body: &[u8]) -> Result<String, ApiError> {
     let req: Detokenize = typed(object(body)?)?;
-    check_model(gw, req.model.as_deref())?;
+    let g = served_for(gw, req.model.as_deref())?;
     let ids = req
         .tokens
         .iter()
@@ -104,7 +106,7 @@ fn detokenize_text(gw: &Gateway, body: &[u8]) -> Result<String, ApiError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    gw.text.decode(&ids, false)
+    g.text.decode(&ids, false)
 }
 
 /// Token ids → text.

@@ -11,9 +11,11 @@ const PAGE: &str = include_str!("../ui/index.html");
 
 /// The page; the served model name is filled in.
 pub fn handle(gw: Arc<Gateway>) -> Response {
-    let members = serde_json::to_string(&gw.catalog.members).unwrap_or_else(|_| "[]".into());
+    // The page drives the first group (the one `default` names).
+    let catalog = &gw.primary().catalog;
+    let members = serde_json::to_string(&catalog.members).unwrap_or_else(|_| "[]".into());
     let page = PAGE
-        .replace("__SERVED_MODEL__", &html_escape(&gw.catalog.served))
+        .replace("__SERVED_MODEL__", &html_escape(&catalog.served))
         .replace("__MEMBERS__", &html_escape(&members));
     let mut resp = Response::new(page.into());
     resp.headers_mut().insert(
