@@ -60,9 +60,13 @@ YAML
 # benches measure the group users get, not a copy of its settings. Its model
 # paths name `${TOKENROUTER_CACHE}`, which the engine expands (set above).
 default_config() {
-  sed -e "s|^dtype: .*|dtype: ${DTYPE:-auto}|" "$DEFAULT_YAML" >"$RAW/configs/$1.yaml"
+  sed -e "s|^dtype: .*|dtype: ${DTYPE:-auto}|" "${2:-$DEFAULT_YAML}" >"$RAW/configs/$1.yaml"
   echo "$RAW/configs/$1.yaml"
 }
+# The `fast` group (config/fast.yaml, also served by `make run`), labelled
+# like the default group.
+FAST_YAML=$ROOT/config/fast.yaml
+FAST_LABEL="fast group ($(sed -n 's/^scheduler_class: *//p' "$FAST_YAML"), $(sed -n '/^scheduler_kwargs:/,/^[a-z]/{/^  [a-z_]*:/{s/^  //;p}}' "$FAST_YAML" | paste -sd, | sed 's/,/, /g'))"
 
 # single_config NAME MODEL_NAME PATH: one model alone.
 single_config() {
