@@ -98,7 +98,7 @@ fi
 acc() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["correct"]/max(r["total"],1))' "$RAW/eval/$1.json"; }
 acc_min=$(python3 "$HERE/targets.py" accuracy.vs_large_only_min)   # tools/bench/targets.yaml
 everyday_min=$(python3 "$HERE/targets.py" accuracy.everyday_vs_large_only_min)
-share_max=$(python3 "$HERE/targets.py" accuracy.fast_large_share_max)
+share_max=$(python3 "$HERE/targets.py" accuracy.large_share_max)
 ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(a/b if b else 0)" "$(acc "$1")" "$(acc "$2")"; }
 targets=(--verdict "$DEFAULT_LABEL accuracy / large-only|>=|$acc_min|$(ratio default large-only)"
          --verdict "$DEFAULT_LABEL everyday questions right / large-only's|>=|$everyday_min|$(ratio everyday-default everyday-large-only)"
