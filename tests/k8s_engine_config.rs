@@ -54,7 +54,7 @@ fn load_all(trd: &TokenRouterDeployment) -> BTreeMap<String, EngineConfig> {
         &Inputs {
             namespace: "prod".into(),
             replicas: 2,
-            listed_groups: 2,
+            listed_groups: (0..2).collect(),
             thresholds: build::spec_thresholds(trd),
             network: None,
         },

@@ -40,7 +40,7 @@ fn main() -> anyhow::Result<()> {
     let inputs = Inputs {
         namespace: namespace.clone(),
         replicas: groups,
-        listed_groups: groups,
+        listed_groups: (0..groups).collect(),
         thresholds: build::spec_thresholds(&trd),
         network: Some(NetworkAccess {
             operator_namespace: "tokenrouter".into(),

@@ -1,8 +1,9 @@
 //! What every reconcile shares: the client, the event reporter, metrics,
 //! the HTTP probe, settings, and per-resource memory (autoscaler history,
-//! drain start, error backoff). The memory is only an optimisation: after a
-//! restart it starts empty and every decision stays safe (no scale-down
-//! before a full window, a fresh drain wait).
+//! drain start, a roll's unlist time, error backoff). The memory is only an
+//! optimisation: after a restart it starts empty and every decision stays
+//! safe (no scale-down before a full window, a fresh drain wait for a
+//! scale-down and for a roll).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -58,6 +59,8 @@ pub struct Memory {
     pub history: History,
     /// When the current scale-down unlisted its groups.
     pub drain_since: Option<Instant>,
+    /// The group a roll unlisted to drain it, and when (crate::roll).
+    pub roll_unlisted: Option<(i32, Instant)>,
     /// Consecutive failed reconciles (for the backoff).
     pub failures: u32,
 }

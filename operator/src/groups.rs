@@ -1,17 +1,19 @@
 //! How many groups run and how many the gateway may use, given the decided
 //! count: a new group (also the first ones) is listed once it is ready;
 //! scale-down unlists the highest groups first and removes their pods only
-//! after they drained.
+//! after they drained. The list is a set of groups, not a prefix: a roll
+//! (crate::roll) takes one group out of the middle while it is replaced.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Replicas of every serving StatefulSet and the groups listed to the gateway.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupPlan {
     /// StatefulSet replicas (includes groups still draining).
     pub replicas: i32,
-    /// Groups `0..listed` receive requests.
-    pub listed: i32,
+    /// The groups that receive requests (all below the decided count).
+    pub listed: BTreeSet<i32>,
     /// A scale-down is waiting for groups `listed..replicas` to drain.
     pub draining: bool,
 }
@@ -21,15 +23,20 @@ pub struct GroupPlan {
 /// holds now; `ready`: groups whose every model is ready; `drained`: the
 /// groups above `desired` have finished their work. A group is listed once
 /// it is ready (also on first creation) and stays listed until a
-/// scale-down unlists it.
+/// scale-down unlists it; `ready` counts ready pods, so it lists `0..ready`.
 pub fn plan(
     current: Option<i32>,
-    listed_now: i32,
+    listed_now: &BTreeSet<i32>,
     desired: i32,
     ready: i32,
     drained: bool,
 ) -> GroupPlan {
-    let listed = listed_now.max(ready).min(desired).max(0);
+    let listed = listed_now
+        .iter()
+        .copied()
+        .chain(0..ready)
+        .filter(|k| (0..desired).contains(k))
+        .collect();
     match current {
         Some(current) if desired < current && !drained => GroupPlan {
             replicas: current,
@@ -44,14 +51,16 @@ pub fn plan(
     }
 }
 
-/// How many groups a groups-ConfigMap text lists (one URL a line, `#` comments).
-pub fn listed_in(text: &str) -> i32 {
-    let n = text
-        .lines()
+/// The groups a groups-ConfigMap text lists (one URL a line, `#` comments);
+/// `urls[k]` is group k's URL. A line naming no known group is ignored (it
+/// is rewritten on the next apply).
+pub fn listed_in(text: &str, urls: &[String]) -> BTreeSet<i32> {
+    text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count();
-    i32::try_from(n).unwrap_or(i32::MAX)
+        .filter_map(|l| urls.iter().position(|u| u == l))
+        .filter_map(|k| i32::try_from(k).ok())
+        .collect()
 }
 
 /// How long a scale-down waits.
@@ -87,45 +96,54 @@ pub fn drained(policy: &DrainPolicy, elapsed: Duration, inflight: &[Option<u64>]
 mod tests {
     use super::*;
 
+    fn set(groups: &[i32]) -> BTreeSet<i32> {
+        groups.iter().copied().collect()
+    }
+
     #[test]
     fn first_apply_runs_everything_and_lists_groups_once_ready() {
-        let p = plan(None, 0, 3, 0, false);
-        assert_eq!((p.replicas, p.listed, p.draining), (3, 0, false));
+        let p = plan(None, &set(&[]), 3, 0, false);
+        assert_eq!((p.replicas, p.listed, p.draining), (3, set(&[]), false));
         // Next reconciles: the sets exist; groups are listed as they get ready.
-        let p = plan(Some(3), 0, 3, 0, false);
-        assert_eq!((p.replicas, p.listed), (3, 0));
-        let p = plan(Some(3), 0, 3, 2, false);
-        assert_eq!((p.replicas, p.listed), (3, 2));
+        let p = plan(Some(3), &set(&[]), 3, 0, false);
+        assert_eq!((p.replicas, p.listed), (3, set(&[])));
+        let p = plan(Some(3), &set(&[]), 3, 2, false);
+        assert_eq!((p.replicas, p.listed), (3, set(&[0, 1])));
     }
 
     #[test]
     fn scale_up_lists_new_groups_once_ready() {
-        let p = plan(Some(2), 2, 4, 2, false);
-        assert_eq!((p.replicas, p.listed), (4, 2));
+        let p = plan(Some(2), &set(&[0, 1]), 4, 2, false);
+        assert_eq!((p.replicas, p.listed), (4, set(&[0, 1])));
         // The StatefulSets are at 4 now: still only what is ready.
-        let p = plan(Some(4), 2, 4, 3, false);
-        assert_eq!((p.replicas, p.listed), (4, 3));
+        let p = plan(Some(4), &set(&[0, 1]), 4, 3, false);
+        assert_eq!((p.replicas, p.listed), (4, set(&[0, 1, 2])));
         // A listed group that turns unready (a pod restarts) stays listed:
         // the gateway's health checks steer around it.
-        let p = plan(Some(4), 4, 4, 3, false);
-        assert_eq!((p.replicas, p.listed), (4, 4));
+        let p = plan(Some(4), &set(&[0, 1, 2, 3]), 4, 3, false);
+        assert_eq!((p.replicas, p.listed), (4, set(&[0, 1, 2, 3])));
+        // A set, not a prefix: a group out of the middle stays out unless ready.
+        let p = plan(Some(3), &set(&[0, 2]), 3, 1, false);
+        assert_eq!(p.listed, set(&[0, 2]));
     }
 
     #[test]
     fn scale_down_unlists_first_and_removes_after_drain() {
-        let p = plan(Some(4), 4, 2, 4, false);
-        assert_eq!((p.replicas, p.listed, p.draining), (4, 2, true));
-        let p = plan(Some(4), 2, 2, 4, true);
-        assert_eq!((p.replicas, p.listed, p.draining), (2, 2, false));
+        let p = plan(Some(4), &set(&[0, 1, 2, 3]), 2, 4, false);
+        assert_eq!((p.replicas, p.listed, p.draining), (4, set(&[0, 1]), true));
+        let p = plan(Some(4), &set(&[0, 1]), 2, 4, true);
+        assert_eq!((p.replicas, p.listed, p.draining), (2, set(&[0, 1]), false));
     }
 
     #[test]
-    fn the_group_list_counts_urls_only() {
+    fn the_group_list_is_the_set_of_known_urls() {
+        let urls = ["http://a".to_string(), "http://b".into(), "http://c".into()];
+        let text = "# Written by tokenrouter-operator\nhttp://a\n\n http://c\nhttp://old\n";
+        assert_eq!(listed_in(text, &urls), set(&[0, 2]));
         assert_eq!(
-            listed_in("# Written by tokenrouter-operator\nhttp://a\n\nhttp://b\n"),
-            2
+            listed_in("# Written by tokenrouter-operator\n", &urls),
+            set(&[])
         );
-        assert_eq!(listed_in("# Written by tokenrouter-operator\n"), 0);
     }
 
     #[test]

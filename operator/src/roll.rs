@@ -16,6 +16,35 @@
 //! holds the roll. When no pod of any set is ready there is nothing to
 //! protect and the roll goes to 0 at once (a fix for a broken deployment
 //! must not wait for readiness it cannot reach).
+//!
+//! A group must not receive requests while its pods are replaced, so before
+//! the partition is lowered to k the roll takes group k out of the gateways'
+//! group list (a set of groups, crate::groups) and waits the scale-down's
+//! drain rule ([`crate::groups::drained`]): the settle time since it was
+//! unlisted (the gateways re-read a mounted ConfigMap only after the
+//! kubelet's sync) and zero in-flight requests on it, or the timeout. One
+//! reconcile at a time, with p the applied partition and k = p - 1:
+//!
+//! ```text
+//!   group p replaced (updated, ready) and k listed ─> unlist k (and list p
+//!                                                     again), remember when
+//!   k unlisted, not drained yet                     ─> hold partition p
+//!   k unlisted, drained                             ─> partition = k
+//!   partition k, group k not updated and ready     ─> hold, k stays unlisted
+//!   partition k, group k updated and ready         ─> list k, next step (k-1)
+//!   partition 0, group 0 updated and ready         ─> list 0: done
+//! ```
+//!
+//! The unlist time lives in the controller's memory only
+//! ([`crate::context::Memory::roll_unlisted`]): after an operator restart a
+//! group found unlisted waits a fresh settle, as a scale-down does. The last
+//! listed group is never unlisted: a one-group resource cannot roll without
+//! a gap, so its partition is lowered at once (its requests fail while its
+//! pods restart) and an Event says so. Nothing ready, or a partition that
+//! jumps (nothing ready, a new edit), drains nothing.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetUpdateStrategy,
@@ -24,6 +53,7 @@ use k8s_openapi::api::apps::v1::{
 use kube::ResourceExt;
 
 use crate::build::{name_of, Desired};
+use crate::groups::{self, DrainPolicy};
 use crate::names;
 
 /// One serving StatefulSet as the roll sees it.
@@ -96,14 +126,19 @@ pub fn partition(existing: &[RollObservation], replicas: i32) -> i32 {
     if p == 0 {
         return 0;
     }
-    let group_done = existing.iter().all(|s| {
-        s.observed_generation >= s.generation && s.updated >= replicas - p && s.ready >= replicas
-    });
-    if group_done {
+    if replaced(existing, replicas, p) {
         p - 1
     } else {
         p
     }
+}
+
+/// Whether every set's status describes its spec and shows the groups from
+/// `p` up updated and every pod ready (group `p`, if any, is replaced).
+fn replaced(existing: &[RollObservation], replicas: i32, p: i32) -> bool {
+    existing.iter().all(|s| {
+        s.observed_generation >= s.generation && s.updated >= replicas - p && s.ready >= replicas
+    })
 }
 
 /// Hash of `set`'s pod template (what the StatefulSet controller rolls on).
@@ -134,9 +169,147 @@ pub fn stamp(set: &mut StatefulSet, partition: i32) {
     }
 }
 
-/// Decides the shared partition of the group-by-group roll (see the module doc)
-/// and stamps it on every desired serving set.
-pub fn apply_partition(desired: &mut Desired, existing: &[StatefulSet], replicas: i32) -> i32 {
+/// Where the roll stands, as one reconcile sees it (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollView {
+    /// The partition applied now (the largest over the existing sets,
+    /// clamped to `replicas`): group `applied` is the one replaced last.
+    pub applied: i32,
+    /// What [`partition`] allows next (`applied - 1`: group `applied` is done).
+    pub wanted: i32,
+    /// The serving sets' replicas about to be applied.
+    pub replicas: i32,
+    /// No pod of any set is ready: nothing to protect, nothing drains.
+    pub nothing_ready: bool,
+    /// Group `applied` is updated and ready on every set.
+    pub replaced: bool,
+}
+
+impl RollView {
+    /// The view of the existing sets (`replicas`: about to be applied).
+    pub fn of(existing: &[RollObservation], replicas: i32) -> Self {
+        let replicas = replicas.max(0);
+        let applied = existing
+            .iter()
+            .map(|s| s.partition)
+            .max()
+            .unwrap_or(0)
+            .clamp(0, replicas);
+        Self {
+            applied,
+            wanted: partition(existing, replicas),
+            replicas,
+            nothing_ready: existing.iter().all(|s| s.ready == 0),
+            replaced: !existing.is_empty() && replaced(existing, replicas, applied),
+        }
+    }
+
+    /// The group the next step replaces, which must drain first: set when the
+    /// roll steps one group down with something ready to protect.
+    pub fn drain_target(&self) -> Option<i32> {
+        let k = self.wanted;
+        (!self.nothing_ready && k >= 0 && k == self.applied - 1).then_some(k)
+    }
+}
+
+/// How long the drain target has been unlisted and what it reports in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainWait {
+    /// Since the roll unlisted it (a fresh wait after an operator restart).
+    pub elapsed: Duration,
+    /// Its entry pod's in-flight requests (`None`: did not answer).
+    pub inflight: Option<u64>,
+}
+
+/// What a roll step tells the operator about (an Event each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RollNote {
+    /// Group k left the gateways' list; it is replaced once drained.
+    Unlisted(i32),
+    /// Group k drained; the partition goes down to it.
+    Replacing(i32),
+    /// Group k is replaced and Ready and listed again.
+    Relisted(i32),
+    /// Group k is the only listed group: replaced without draining.
+    NoDrain(i32),
+}
+
+/// The decision of one reconcile: the partition, the list, the drain wait.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollStep {
+    /// The partition to apply to every serving set.
+    pub partition: i32,
+    /// The groups to list to the gateways.
+    pub listed: BTreeSet<i32>,
+    /// The unlisted group whose drain is awaited (its unlist time is kept).
+    pub draining: Option<i32>,
+    /// What changed, if anything worth an Event.
+    pub notes: Vec<RollNote>,
+}
+
+/// One transition of the roll (module doc). `listed_now`: the gateways' list
+/// now; `listed`: what the group plan would list; `limit`: the decided group
+/// count (no group at or above it is listed again); `wait`: the drain target's
+/// wait, given when it is already unlisted.
+pub fn step(
+    view: &RollView,
+    listed_now: &BTreeSet<i32>,
+    mut listed: BTreeSet<i32>,
+    limit: i32,
+    policy: &DrainPolicy,
+    wait: Option<DrainWait>,
+) -> RollStep {
+    let mut notes = Vec::new();
+    // The group replaced last, taken out by the roll: back once replaced and
+    // ready, out while not (the plan's count of ready pods would list it).
+    let last = view.applied;
+    if last < view.replicas.min(limit) && !listed_now.contains(&last) {
+        if view.replaced {
+            listed.insert(last);
+            notes.push(RollNote::Relisted(last));
+        } else {
+            listed.remove(&last);
+        }
+    }
+    let hold = |listed, draining, notes| RollStep {
+        partition: view.applied,
+        listed,
+        draining,
+        notes,
+    };
+    let Some(k) = view.drain_target() else {
+        return RollStep {
+            partition: view.wanted,
+            ..hold(listed, None, notes)
+        };
+    };
+    if listed.iter().all(|&g| g == k) {
+        // The last listed group: no other group can take its requests.
+        notes.push(RollNote::NoDrain(k));
+        return RollStep {
+            partition: k,
+            ..hold(listed, None, notes)
+        };
+    }
+    listed.remove(&k);
+    if listed_now.contains(&k) {
+        notes.push(RollNote::Unlisted(k));
+        return hold(listed, Some(k), notes);
+    }
+    match wait {
+        Some(w) if groups::drained(policy, w.elapsed, &[w.inflight]) => {
+            notes.push(RollNote::Replacing(k));
+            RollStep {
+                partition: k,
+                ..hold(listed, None, notes)
+            }
+        }
+        _ => hold(listed, Some(k), notes),
+    }
+}
+
+/// The roll's view of the desired serving sets against the `existing` ones.
+pub fn view(desired: &Desired, existing: &[StatefulSet], replicas: i32) -> RollView {
     let observed: Vec<RollObservation> = desired
         .serving
         .iter()
@@ -145,17 +318,19 @@ pub fn apply_partition(desired: &mut Desired, existing: &[StatefulSet], replicas
             Some(RollObservation::of(have, &template_hash(want)))
         })
         .collect();
-    let partition = partition(&observed, replicas);
+    RollView::of(&observed, replicas)
+}
+
+/// Stamps the roll's `partition` on every desired serving set.
+pub fn apply_partition(desired: &mut Desired, partition: i32) {
     for (set, _) in &mut desired.serving {
         stamp(set, partition);
     }
-    partition
 }
 
-/// The group being replaced under `partition` (none when the roll is done).
-pub fn rolling_group(partition: i32) -> Option<i32> {
-    (partition > 0).then(|| partition - 1)
-}
+#[cfg(test)]
+#[path = "roll_tests.rs"]
+mod drain_tests;
 
 #[cfg(test)]
 mod tests {
@@ -213,8 +388,6 @@ mod tests {
             }
         }
         assert_eq!(seen, [3, 2, 1, 0]);
-        assert_eq!(rolling_group(2), Some(1));
-        assert_eq!(rolling_group(0), None);
     }
 
     #[test]

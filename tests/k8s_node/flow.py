@@ -84,10 +84,17 @@ class Flow(Run):
         """Under the load of the autoscale step, the resource moves to a new image tag (the CPU image
         under a second tag): the operator lowers one partition over every model's StatefulSet and
         the node's StatefulSet controller replaces the pods of group g only after every pod of the
-        groups above is updated and Ready; the gateway Deployment rolls too; no request fails."""
+        groups above is updated and Ready, and the operator takes group g out of the gateways' list
+        and lets it drain first; the gateway Deployment rolls too; no request fails. The load
+        switches to short answers first (same concurrency, so the group count holds): an old
+        gateway pod gets SIGTERM and its drain deadline (a setting, 30 s) ends what still runs,
+        so the requests must be ones that finish inside it."""
         sh("podman", "tag", CPU_IMAGE, ROLL_IMAGE)
         groups = self.status().get("groups")
         n_models = len(self.spec["models"])
+        clients = len(self.stops)
+        self.stop_load()  # the long answers end normally (and none of them failed)
+        self.load(clients, 48)
         done_before = len(self.load_results)
         kubectl("-n", self.ns, "patch", "trd", self.name, "--type", "merge", "-p",
                 json.dumps({"spec": {"image": ROLL_IMAGE}}))

@@ -1,7 +1,7 @@
 //! The ConfigMaps: the rendered engine config (one key per model plus the
 //! whole group's) and the gateway's group list.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use crds::v1alpha1::Placement;
@@ -93,11 +93,17 @@ pub fn group_url(trd: &TokenRouterDeployment, namespace: &str, k: i32) -> String
     )
 }
 
-/// The gateway's group list: groups `0..listed`.
-pub fn groups(trd: &TokenRouterDeployment, namespace: &str, listed: i32) -> ConfigMap {
+/// The gateway's group list: the URL of every group in `listed` that runs
+/// (below `replicas`), one a line, in group order.
+pub fn groups(
+    trd: &TokenRouterDeployment,
+    namespace: &str,
+    listed: &BTreeSet<i32>,
+    replicas: i32,
+) -> ConfigMap {
     let mut text =
         String::from("# Written by tokenrouter-operator: the groups the gateway may use.\n");
-    for k in 0..listed.max(0) {
+    for &k in listed.range(0..replicas.max(0)) {
         text.push_str(&group_url(trd, namespace, k));
         text.push('\n');
     }

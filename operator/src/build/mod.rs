@@ -15,7 +15,7 @@ mod tests;
 #[cfg(test)]
 mod tests_gpu;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
@@ -51,8 +51,8 @@ pub struct Inputs {
     pub namespace: String,
     /// StatefulSet replicas (groups running, including draining ones).
     pub replicas: i32,
-    /// Groups listed to the gateway (`<= replicas`).
-    pub listed_groups: i32,
+    /// Groups listed to the gateway (those below `replicas` are written).
+    pub listed_groups: BTreeSet<i32>,
     /// The B table in force.
     pub thresholds: BTreeMap<String, Vec<i64>>,
     /// Who may reach the serving pods; `None`: no NetworkPolicy.
@@ -97,7 +97,7 @@ pub fn desired(trd: &TokenRouterDeployment, inputs: &Inputs) -> Desired {
     let data = config::engine_data(trd, ns, &inputs.thresholds);
     Desired {
         engine_config: config::engine(trd, data),
-        groups_config: config::groups(trd, ns, inputs.listed_groups.min(inputs.replicas)),
+        groups_config: config::groups(trd, ns, &inputs.listed_groups, inputs.replicas),
         serving: serving::serving(trd, inputs.replicas, &hash),
         gateway: gateway::deployment(trd, &hash),
         gateway_service: gateway::service(trd),

@@ -38,7 +38,7 @@ fn inputs(replicas: i32) -> Inputs {
     Inputs {
         namespace: "ai".into(),
         replicas,
-        listed_groups: replicas,
+        listed_groups: (0..replicas).collect(),
         thresholds: spec_thresholds(&sample()),
         network: None,
     }
@@ -443,7 +443,7 @@ fn pull_secrets_reach_every_pod_and_a_budget_covers_the_serving_pods() {
 #[test]
 fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
     let mut i = inputs(3);
-    i.listed_groups = 2;
+    i.listed_groups = [0, 2, 3].into(); // 3 does not run: not written
     let d = desired(&sample(), &i);
     let groups = &d.groups_config.data.as_ref().unwrap()[names::GROUPS_KEY];
     let urls: Vec<&str> = groups.lines().filter(|l| !l.starts_with('#')).collect();
@@ -451,8 +451,9 @@ fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
         urls,
         vec![
             "http://demo-small-0.demo-small.ai.svc:8080",
-            "http://demo-small-1.demo-small.ai.svc:8080"
-        ]
+            "http://demo-small-2.demo-small.ai.svc:8080"
+        ],
+        "a set of running groups (1 left out, 3 not running), one URL a line"
     );
     let spec = d.gateway.spec.as_ref().unwrap();
     let c = &spec.template.spec.as_ref().unwrap().containers[0];

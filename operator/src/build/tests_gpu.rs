@@ -34,7 +34,7 @@ fn inputs(trd: &TokenRouterDeployment) -> Inputs {
     Inputs {
         namespace: "ai".into(),
         replicas: 2,
-        listed_groups: 2,
+        listed_groups: (0..2).collect(),
         thresholds: spec_thresholds(trd),
         network: None,
     }
