@@ -164,10 +164,12 @@ async fn serve(cfg: &EngineConfig, service: &Service, options: GatewayOptions) -
         vec![],
     )
     .expect("gateway");
-    gw.primary().pool.set_backends(vec![Arc::new(InProcBackend::new(
-        service.group().clone(),
-        "inproc",
-    ))]);
+    gw.primary()
+        .pool
+        .set_backends(vec![Arc::new(InProcBackend::new(
+            service.group().clone(),
+            "inproc",
+        ))]);
     GatewayServer::bind(Arc::new(gw), "127.0.0.1:0")
         .await
         .expect("bind")

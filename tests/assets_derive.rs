@@ -3,7 +3,6 @@
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-#[allow(dead_code)] // each test crate uses a different part of the helpers
 mod common;
 
 use common::assets::{check_py, qwen3_tokenizer_dir};

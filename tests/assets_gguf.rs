@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
-#[allow(dead_code)] // each test crate uses a different part of the helpers
 mod common;
 
 use common::assets::{asset, check_py};

@@ -47,7 +47,7 @@ fn mps_request_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> 
     };
     let missing = pods.into_iter().find(|m| {
         let limits = m.resources.as_ref().and_then(|r| r.limits.as_ref());
-        !limits.is_some_and(|l| l.get(GPU).is_some_and(|q| q.0 != "0"))
+        limits.is_none_or(|l| l.get(GPU).is_none_or(|q| q.0 == "0"))
     })?;
     Some((
         "MpsWithoutGpuRequest".into(),
