@@ -372,6 +372,13 @@ async fn autoscaler_reads_the_gateway_through_its_endpointslice() {
     // No endpoints yet: metrics missing, the count holds at minGroups, and
     // keeps holding over several autoscale periods (not one lucky sample).
     replicas(1).await;
+    // The sets are applied before the status is written in the same pass.
+    wait_for(
+        "desiredGroups 1 in the status",
+        vec![changes(&api)],
+        || async { (api.get("auto").await.ok()?.status?.desired_groups == 1).then_some(()) },
+    )
+    .await;
     holds_replicas(&sets, &api, 1, AUTOSCALE_PERIOD * 5).await;
 
     // The endpoints controller's part: one ready gateway endpoint.
