@@ -8,7 +8,7 @@ use std::path::Path;
 use crds::TokenRouterDeployment;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::*;
+use crate::build::*;
 use crate::{gpu_fit, validate};
 
 /// Least KV cache a GPU example must leave (a few thousand tokens of a 32B model).

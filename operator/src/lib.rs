@@ -15,6 +15,8 @@ pub mod controller;
 pub mod error;
 pub mod events;
 pub mod gpu_fit;
+#[cfg(test)]
+mod gpu_fit_tests;
 pub mod groups;
 pub mod metrics;
 pub mod names;

@@ -12,8 +12,6 @@ pub mod pod;
 pub mod serving;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_gpu;
 
 use std::collections::{BTreeMap, BTreeSet};
 
