@@ -186,11 +186,16 @@ async fn drain_waits_for_in_flight_requests_and_refuses_new_ones() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_gateway_answers_429_to_exactly_the_requests_over_its_limit() {
-    let (server, service) = start_with(|o| {
-        o.max_inflight = 1;
-        o.max_queue = 0;
-    })
-    .await;
+    // Admission limits are the group's (its pool is built from the config).
+    let yaml = SIM.replace(
+        "max_inflight: 8, max_queue: 8",
+        "max_inflight: 1, max_queue: 0",
+    );
+    let cfg = EngineConfig::from_yaml_str(&yaml, Path::new(".")).unwrap();
+    let (gw, service) = gateway::app::inproc(&cfg).unwrap();
+    let server = gateway::GatewayServer::bind(gw, "127.0.0.1:0")
+        .await
+        .unwrap();
     let addr = server.local_addr();
     // The stream holds the only slot while it is open (50,000 tokens: far
     // longer than the refusals below take).
@@ -217,10 +222,10 @@ async fn a_full_gateway_answers_429_to_exactly_the_requests_over_its_limit() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
-    // Only the (cancelled) stream reached the group: a refused request that
-    // had been served would end here as a finished one.
+    // Only the stream reached the group, and its cancel ends it as failed: a
+    // refused request that had been served would end here as a finished one.
     let entry = service.group().stats(0);
-    assert_eq!((entry.finished, entry.failed), (0, 0));
+    assert_eq!((entry.finished, entry.failed), (0, 1));
     assert_eq!(server.gateway().in_flight(), 0);
     let answer = try_request(addr).await.expect("the listener is open");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
