@@ -44,16 +44,7 @@ system:
 "#;
 
 fn run_python(script: &str, args: &[&str]) {
-    let out = Command::new(common::python())
-        .arg(common::script(script))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_script(script, args);
 }
 
 fn reference(dir: &Path) -> std::collections::HashMap<String, Tensor> {

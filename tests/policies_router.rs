@@ -29,16 +29,7 @@ use tch::Tensor;
 
 /// Runs tests/python/router_ref.py with `args`.
 fn router_ref(args: &[&str]) {
-    let out = Command::new(common::python())
-        .arg(common::script("router_ref.py"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run_script("router_ref.py", args);
 }
 
 /// `tokenrouter convert-router IN OUT`; returns its stdout.

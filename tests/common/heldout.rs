@@ -7,7 +7,6 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::process::Command;
 
 use subserver::config::DType;
 use subserver::runner::memory::KvBudget;
@@ -46,17 +45,8 @@ pub fn split() -> Split {
         "{} is missing: run `make assets`",
         teacher.display()
     );
-    let out = Command::new(super::python())
-        .arg(super::script("heldout_split.py"))
-        .arg(&teacher)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let split: Split = serde_json::from_slice(&out.stdout).unwrap();
+    let stdout = super::run_script("heldout_split.py", &[&teacher]);
+    let split: Split = serde_json::from_slice(&stdout).unwrap();
     assert!(!split.holdout.is_empty(), "no held-out items");
     let train: HashSet<&[u32]> = split.train_prompts.iter().map(Vec::as_slice).collect();
     for x in &split.holdout {

@@ -17,6 +17,22 @@ pub fn script(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// Runs the tests/python script `name` with `args` in the reference venv;
+/// panics with its stderr unless it succeeds, else returns its stdout.
+pub fn run_script<S: AsRef<std::ffi::OsStr>>(name: &str, args: &[S]) -> Vec<u8> {
+    let out = std::process::Command::new(python())
+        .arg(script(name))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// The release binary built by `make build`/cargo for these tests.
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tokenrouter"))
