@@ -9,8 +9,8 @@ use crds::v1alpha1::ServiceType;
 use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, PodSpec, PodTemplateSpec, Service,
-    ServicePort, ServiceSpec, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, Lifecycle, LifecycleHandler, PodSpec,
+    PodTemplateSpec, Service, ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -19,6 +19,9 @@ use super::meta;
 use super::pod::{self, container_security};
 use super::serving::entry_model;
 use crate::names;
+
+/// Seconds a terminating gateway keeps serving before its drain starts.
+const PRE_STOP_SLEEP_S: i64 = 5;
 
 /// Component label of the gateway pods.
 pub const COMPONENT: &str = "gateway";
@@ -86,6 +89,18 @@ pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment 
         resources: g.resources.clone(),
         volume_mounts: Some(mounts),
         security_context: Some(container_security()),
+        // Endpoints drop a terminating pod asynchronously: keep accepting
+        // for a few seconds after deletion, so a connection routed here by
+        // a Service that has not seen the change yet is still served.
+        lifecycle: Some(Lifecycle {
+            pre_stop: Some(LifecycleHandler {
+                sleep: Some(SleepAction {
+                    seconds: PRE_STOP_SLEEP_S,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     pod::probes(&mut container, "http");
