@@ -41,6 +41,8 @@ SMOLLM2_R2R  := $(CACHE)/routers/smollm2-135m-l12-healed-r2r
 EVAL_SETS    := $(wildcard $(ROOT)/data/eval/*.jsonl)
 QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
+
+.PHONY: container-tools
 .PHONY: build prefetch run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
         nvcc cuda-compile gpu-check-dry gpu-bundle gpu-page
 
@@ -68,6 +70,14 @@ venv-openai: $(CACHE)/.openai.stamp
 # Headless Chromium for the /ui test (Debian package; we run as root).
 chromium:
 	@command -v chromium >/dev/null || { apt-get update && apt-get install -y --no-install-recommends chromium; }
+
+# podman, buildah and runc build and run the images (the local node starts
+# every pod through them); debootstrap makes the Debian base, patchelf trims
+# the CPU image's binary (Debian packages).
+CONTAINER_TOOLS := podman buildah runc debootstrap patchelf
+container-tools:
+	@missing=$$(for t in $(CONTAINER_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
+	  [ -z "$$missing" ] || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }
 
 # promtool lints our /metrics exposition in the gateway tests (Debian
 # package `prometheus`).
@@ -372,12 +382,12 @@ CUDA_TARGET_DIR := $(ROOT)/target/cuda
 
 .PHONY: images images-test images-quickstart
 
-images: node-binaries nvcc venv
+images: container-tools node-binaries nvcc venv
 	NVCC=$(NVCC) CARGO_TARGET_DIR=$(CUDA_TARGET_DIR) TOKENROUTER_LINK_CUDA=1 \
 	  cargo build --release --features cuda --bin tokenrouter
 	$(IMAGE_ENV) CUDA_BIN=$(CUDA_TARGET_DIR)/release/tokenrouter COMMAND='make images' tools/images/build.sh all
 
-images-test: node-binaries
+images-test: container-tools node-binaries
 	$(IMAGE_ENV) tools/images/build.sh test
 
 images-quickstart: images-test run-assets
@@ -397,7 +407,7 @@ E2E_OUT      ?= $(CACHE)/e2e
 node-binaries: build
 	cargo build --release -p operator --bin tokenrouter-operator
 
-test-localnode: k8s-kit
+test-localnode: k8s-kit container-tools
 	$(LOCALNODE_PY) -W error -m unittest discover -s tools/localnode -p 'test_*.py'
 
 # The Kubernetes flow end to end on the node (issue 21 item 2, part of `make test`):
