@@ -77,7 +77,7 @@ chromium:
 CONTAINER_TOOLS := podman buildah runc debootstrap patchelf
 container-tools:
 	@missing=$$(for t in $(CONTAINER_TOOLS); do command -v $$t >/dev/null || echo $$t; done); \
-	  [ -z "$$missing" ] || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }
+	  [ -z "$$missing" ] || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $$missing; }
 
 # promtool lints our /metrics exposition in the gateway tests (Debian
 # package `prometheus`).
