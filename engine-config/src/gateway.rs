@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use super::string_enum::string_enum;
+
 /// The `gateway:` block, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GatewayConfig {
@@ -37,6 +39,9 @@ pub struct GatewayConfig {
     /// File listing remote groups, one base URL per line (a mounted
     /// ConfigMap); re-read when it changes.
     pub groups_file: Option<PathBuf>,
+    /// Where a remote gateway reads the entry model's tokenizer, chat
+    /// template and generation config from.
+    pub text_side: TextSideSource,
 }
 
 impl Default for GatewayConfig {
@@ -55,6 +60,47 @@ impl Default for GatewayConfig {
             group_wait_ms: 300_000,
             groups: Vec::new(),
             groups_file: None,
+            text_side: TextSideSource::Local,
         }
+    }
+}
+
+string_enum! {
+    /// `gateway.text_side`: where the gateway gets the entry model's
+    /// tokenizer, chat template and `generation_config.json`.
+    pub enum TextSideSource as "gateway.text_side" {
+        /// From the entry model's `path` on this machine (`make run`, a
+        /// gateway that mounts the weights).
+        Local => "local",
+        /// From the first healthy group's entry subserver
+        /// (`GET /internal/text-side`), before the gateway turns ready: a
+        /// gateway pod needs no model volume.
+        Backend => "backend",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EngineConfig;
+
+    fn text_side_of(gateway: &str) -> Result<TextSideSource, crate::ConfigError> {
+        let yaml = format!(
+            "model:\n  quick: {{path: q}}\n  reference: {{path: r}}\n\
+             system: {{entry_model: quick}}\nscheduler_class: R2R\n{gateway}"
+        );
+        EngineConfig::from_yaml_str(&yaml, std::path::Path::new("/base"))
+            .map(|c| c.gateway().text_side)
+    }
+
+    #[test]
+    fn text_side_is_local_unless_the_config_says_backend() {
+        assert_eq!(text_side_of("").unwrap(), TextSideSource::Local);
+        assert_eq!(
+            text_side_of("gateway: {text_side: backend}\n").unwrap(),
+            TextSideSource::Backend
+        );
+        let err = text_side_of("gateway: {text_side: pvc}\n").unwrap_err();
+        assert!(err.to_string().contains("local, backend"), "{err}");
     }
 }

@@ -42,7 +42,7 @@ pub use dtype_choice::{cpu_bf16_flags, DTypeSetting};
 pub use engine_config::{EngineConfig, SimGroupConfig};
 pub use error::{ConfigError, Location};
 pub use execution_mode::ExecutionMode;
-pub use gateway::GatewayConfig;
+pub use gateway::{GatewayConfig, TextSideSource};
 pub use generation::{GenerationDefaults, GENERATION_CONFIG_FILE};
 pub use latency::{LatencyError, LatencyModel};
 pub use load::{DEFAULT_CONFIG_YAML, EMBEDDED_GROUPS_YAML, FAST_CONFIG_YAML};

@@ -180,6 +180,7 @@ pub(crate) struct RawGateway {
     pub retry_after_s: Option<u64>,
     pub groups: Option<Vec<String>>,
     pub groups_file: Option<String>,
+    pub text_side: Option<crate::gateway::TextSideSource>,
 }
 
 /// A short rendering of a YAML value for error messages.

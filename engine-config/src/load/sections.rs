@@ -239,6 +239,7 @@ pub(super) fn build_gateway(
             .groups_file
             .map(|p| resolve_path(&p, base_dir, env, "gateway.groups_file"))
             .transpose()?,
+        text_side: raw.text_side.unwrap_or(defaults.text_side),
     })
 }
 
