@@ -28,6 +28,12 @@ pub struct GatewayConfig {
     /// Milliseconds a graceful shutdown lets in-flight requests finish
     /// before cancelling them.
     pub drain_timeout_ms: u64,
+    /// Milliseconds at the start of a drain in which requests are still
+    /// served, each answer with `Connection: close`, so that clients leave
+    /// their kept-alive connections before idle ones are closed; set it
+    /// above the clients' idle keep-alive (httpx: 5 s). Part of
+    /// `drain_timeout_ms`, and ended early once no connection is open.
+    pub close_notice_ms: u64,
     /// `Retry-After` seconds sent with a 429.
     pub retry_after_s: u64,
     /// Milliseconds a request waits for a group while none is listed (the
@@ -56,6 +62,7 @@ impl Default for GatewayConfig {
             served_model_name: "default".to_string(),
             api_keys_env: None,
             drain_timeout_ms: 30_000,
+            close_notice_ms: 6_000,
             retry_after_s: 1,
             group_wait_ms: 300_000,
             groups: Vec::new(),

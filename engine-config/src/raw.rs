@@ -176,6 +176,7 @@ pub(crate) struct RawGateway {
     pub served_model_name: Option<String>,
     pub api_keys_env: Option<String>,
     pub drain_timeout_ms: Option<u64>,
+    pub close_notice_ms: Option<u64>,
     pub group_wait_ms: Option<u64>,
     pub retry_after_s: Option<u64>,
     pub groups: Option<Vec<String>>,

@@ -20,6 +20,7 @@ pub mod app;
 pub mod auth;
 pub mod backend;
 pub mod cli;
+pub mod conn;
 pub mod discovery;
 pub mod error;
 pub mod fuzz_entry;

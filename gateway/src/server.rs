@@ -4,8 +4,12 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::header::{HeaderValue, CONNECTION};
+use hyper::service::Service;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+
+use crate::conn::OpenConnections;
 
 pub use crate::state::{Gateway, GatewayOptions};
 
@@ -27,6 +31,7 @@ pub enum ServerError {
 pub struct GatewayServer {
     gateway: Arc<Gateway>,
     local_addr: SocketAddr,
+    open: Arc<OpenConnections>,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
     gauges: JoinHandle<()>,
@@ -47,13 +52,32 @@ impl GatewayServer {
         })?;
         let routes = crate::routes::routes(gateway.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let incoming = tokio_stream_listener(listener);
+        let open = Arc::new(OpenConnections::default());
+        let incoming = tokio_stream_listener(listener, open.clone());
         // hyper directly (warp's `serve` has no header timeout): the
         // header timer runs from the first byte a request is awaited on.
         let service = warp::service(routes);
+        let gw = gateway.clone();
         let make = hyper::service::make_service_fn(move |_| {
             let service = service.clone();
-            async move { Ok::<_, std::convert::Infallible>(service) }
+            let gw = gw.clone();
+            async move {
+                Ok::<_, std::convert::Infallible>(hyper::service::service_fn(move |req| {
+                    let mut service = service.clone();
+                    let gw = gw.clone();
+                    async move {
+                        let mut resp = service.call(req).await?;
+                        // While closing, each answer tells its client to
+                        // reconnect (see `shutdown`): hyper then closes
+                        // the connection once the response is written.
+                        if gw.shutdown.closing() {
+                            resp.headers_mut()
+                                .insert(CONNECTION, HeaderValue::from_static("close"));
+                        }
+                        Ok::<_, std::convert::Infallible>(resp)
+                    }
+                }))
+            }
         });
         let server = hyper::Server::builder(hyper::server::accept::from_stream(incoming))
             .http1_header_read_timeout(gateway.options.header_timeout)
@@ -79,6 +103,7 @@ impl GatewayServer {
         Ok(Self {
             gateway,
             local_addr,
+            open,
             stop: Some(stop_tx),
             task: Some(task),
             gauges,
@@ -95,16 +120,34 @@ impl GatewayServer {
         &self.gateway
     }
 
-    /// Graceful stop: refuse new requests (503) and close the listener,
-    /// let in-flight requests finish until the drain deadline, then cancel
-    /// the rest and wait for the connections to close.
+    /// Graceful stop (the phases of [`crate::shutdown`]): for the close
+    /// notice, serve on but answer with `Connection: close` (ended early
+    /// once no connection is open); then refuse new requests (503), close
+    /// the listener and idle connections, and let in-flight requests
+    /// finish; at the drain deadline (counted from the start, notice
+    /// included) cancel the rest and wait for the connections to close.
     pub async fn drain(mut self) {
         let gw = self.gateway.clone();
+        let deadline = tokio::time::Instant::now() + gw.options.drain_timeout;
+        gw.shutdown.start_closing();
+        let notice = gw.options.close_notice.min(gw.options.drain_timeout);
+        if !notice.is_zero() {
+            tracing::info!(
+                open = self.open.count(),
+                notice_ms = notice.as_millis() as u64,
+                "closing: answering with Connection: close"
+            );
+            if tokio::time::timeout(notice, self.open.none_open())
+                .await
+                .is_ok()
+            {
+                tracing::info!("closing: no connection left open");
+            }
+        }
         gw.shutdown.start_draining();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let deadline = tokio::time::Instant::now() + gw.options.drain_timeout;
         while gw.in_flight() > 0 && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -138,18 +181,22 @@ impl Drop for GatewayServer {
 /// small SSE frames leave at once).
 fn tokio_stream_listener(
     listener: tokio::net::TcpListener,
-) -> impl futures_util::Stream<Item = Result<tokio::net::TcpStream, std::io::Error>> + Send {
-    futures_util::stream::unfold(listener, |listener| async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
-                    return Some((Ok(stream), listener));
-                }
-                Err(e) => {
-                    // Out of descriptors and the like: wait and retry.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+    open: Arc<OpenConnections>,
+) -> impl futures_util::Stream<Item = Result<crate::conn::CountedStream, std::io::Error>> + Send {
+    futures_util::stream::unfold(listener, move |listener| {
+        let open = open.clone();
+        async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        return Some((Ok(open.track(stream)), listener));
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: wait and retry.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
             }
         }

@@ -1,14 +1,33 @@
-//! Graceful shutdown: stop accepting, let in-flight requests finish until a
-//! deadline, then cancel what is left.
+//! Graceful shutdown, as a state machine shared by every handler:
+//!
+//! ```text
+//! Serving --SIGTERM--> Closing --notice over, or no connection open--> Draining --deadline--> Cancelled
+//! ```
+//!
+//! - **Closing**: requests are still served, but every response carries
+//!   `Connection: close` and readiness fails. A client holding a kept-alive
+//!   connection to this replica (a Service keeps established connections on
+//!   the old pod) sends its next request here, gets its answer, and opens
+//!   a new connection, which lands on a replica that is staying. Closing an
+//!   idle connection instead races a client that is just sending on it, and
+//!   that client sees a connection error for a request that never arrived.
+//! - **Draining**: new requests are refused (503), the listener closes, and
+//!   idle connections close: those left were idle for the whole notice,
+//!   longer than a client keeps an idle connection (httpx: 5 s).
+//! - **Cancelled**: the drain deadline passed; what still runs is ended.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use tokio::sync::watch;
+
+const SERVING: u8 = 0;
+const CLOSING: u8 = 1;
+const DRAINING: u8 = 2;
 
 /// Shared shutdown state.
 #[derive(Debug)]
 pub struct Shutdown {
-    draining: AtomicBool,
+    phase: AtomicU8,
     cancel: watch::Sender<bool>,
 }
 
@@ -19,23 +38,38 @@ impl Default for Shutdown {
 }
 
 impl Shutdown {
-    /// Running, not draining.
+    /// Serving.
     pub fn new() -> Self {
         let (cancel, _) = watch::channel(false);
         Self {
-            draining: AtomicBool::new(false),
+            phase: AtomicU8::new(SERVING),
             cancel,
         }
     }
 
+    fn advance(&self, to: u8) {
+        self.phase.fetch_max(to, Ordering::SeqCst);
+    }
+
+    /// Responses carry `Connection: close` and readiness fails from now on;
+    /// requests are still served.
+    pub fn start_closing(&self) {
+        self.advance(CLOSING);
+    }
+
     /// New requests are refused from now on.
     pub fn start_draining(&self) {
-        self.draining.store(true, Ordering::SeqCst);
+        self.advance(DRAINING);
+    }
+
+    /// True after [`Self::start_closing`] (and in every later phase).
+    pub fn closing(&self) -> bool {
+        self.phase.load(Ordering::SeqCst) >= CLOSING
     }
 
     /// True after [`Self::start_draining`].
     pub fn draining(&self) -> bool {
-        self.draining.load(Ordering::SeqCst)
+        self.phase.load(Ordering::SeqCst) >= DRAINING
     }
 
     /// Ends every request still running (the drain deadline passed).
@@ -94,8 +128,22 @@ mod tests {
         assert!(!s.draining());
         s.cancel_all();
         fut.await;
-        assert!(s.draining());
+        assert!(s.draining() && s.closing());
         // A waiter that subscribes after the fact resolves at once.
         s.cancelled().await;
+    }
+
+    #[test]
+    fn phases_only_move_forward() {
+        let s = Shutdown::new();
+        assert!(!s.closing() && !s.draining());
+        s.start_closing();
+        assert!(s.closing() && !s.draining());
+        s.start_draining();
+        s.start_closing();
+        assert!(
+            s.closing() && s.draining(),
+            "a late start_closing keeps Draining"
+        );
     }
 }

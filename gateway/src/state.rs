@@ -26,8 +26,12 @@ pub struct GatewayOptions {
     pub max_queue: usize,
     /// `Retry-After` of a 429.
     pub retry_after_s: u64,
-    /// How long a drain waits for in-flight requests.
+    /// How long a drain waits for in-flight requests (from SIGTERM, the
+    /// close notice included).
     pub drain_timeout: Duration,
+    /// The drain's first part, in which requests are still served and
+    /// every answer carries `Connection: close` (see [`crate::shutdown`]).
+    pub close_notice: Duration,
     /// How long a request waits for a group while none is listed.
     pub group_wait: Duration,
     /// How long a client may take to send a request's headers (also how
@@ -52,6 +56,7 @@ impl GatewayOptions {
             max_queue: g.max_queue,
             retry_after_s: g.retry_after_s,
             drain_timeout: Duration::from_millis(g.drain_timeout_ms),
+            close_notice: Duration::from_millis(g.close_notice_ms),
             group_wait: Duration::from_millis(g.group_wait_ms),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             body_timeout: DEFAULT_BODY_TIMEOUT,

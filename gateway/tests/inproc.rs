@@ -130,7 +130,9 @@ async fn a_client_that_leaves_cancels_everywhere_and_frees_kv() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_waits_for_in_flight_requests_and_refuses_new_ones() {
-    let (server, service) = start().await;
+    // No close notice: the drain's refusing phase at once (the notice has
+    // its own test below).
+    let (server, service) = start_with(|o| o.close_notice = Duration::ZERO).await;
     let addr = server.local_addr();
     let mut s = open_stream(addr, 200, 2).await;
     let gw: Arc<gateway::Gateway> = server.gateway().clone();
@@ -234,6 +236,118 @@ async fn a_full_gateway_answers_429_to_exactly_the_requests_over_its_limit() {
 /// Sends a small completion request on a new connection: `None` when the
 /// connect is refused, else what came back before the server closed (may
 /// be empty).
+/// Sends one short completion on the kept-alive connection `c` and reads
+/// its whole answer (headers lower-cased, body by its content-length).
+async fn request_on(c: &mut TcpStream) -> (String, String) {
+    let body = r#"{"model":"tr","prompt":[1,2,3],"max_tokens":2}"#;
+    let req = format!(
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    c.write_all(req.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&got).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .expect("a content-length")
+                .trim()
+                .parse()
+                .unwrap();
+            if got.len() >= end + 4 + len {
+                return (head, text[end + 4..end + 4 + len].to_string());
+            }
+        }
+        let n = tokio::time::timeout(HANG, c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed before a whole answer: {text}");
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// SIGTERM's first phase: a client that kept a connection gets its next
+/// request served, with `Connection: close`, and the connection closes
+/// after it; readiness fails; once no connection is open the notice ends
+/// (here long before its 10 minutes) and the drain refuses new requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_notice_serves_kept_alive_clients_then_lets_them_go() {
+    let (server, _service) = start_with(|o| {
+        o.close_notice = Duration::from_secs(600);
+        o.drain_timeout = Duration::from_secs(600);
+    })
+    .await;
+    let addr = server.local_addr();
+    let gw: Arc<gateway::Gateway> = server.gateway().clone();
+    let mut kept = TcpStream::connect(addr).await.unwrap();
+    let (head, _) = request_on(&mut kept).await;
+    assert!(
+        head.starts_with("http/1.1 200") && !head.contains("connection: close"),
+        "{head}"
+    );
+    let mut stream = open_stream(addr, 400, 2).await;
+    let drain = tokio::spawn(server.drain());
+    while !gw.shutdown.closing() {
+        tokio::task::yield_now().await;
+    }
+    let (head, body) = request_on(&mut kept).await;
+    assert!(
+        head.starts_with("http/1.1 200"),
+        "served while closing: {head} {body}"
+    );
+    assert!(head.contains("connection: close"), "{head}");
+    assert_eq!(
+        read_until_closed(&mut kept).await,
+        "",
+        "closed after the answer"
+    );
+    let health = try_get(addr, "/health").await;
+    assert!(
+        health.starts_with("HTTP/1.1 503") && health.contains(r#""draining":true"#),
+        "{health}"
+    );
+    assert!(
+        !gw.shutdown.draining(),
+        "the stream's connection is still open"
+    );
+    // The stream runs to its end; its client then hangs up, and with no
+    // connection left the notice ends and the drain completes.
+    let mut seen = String::new();
+    let mut buf = [0u8; 4096];
+    while !seen.contains("data: [DONE]") {
+        let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "stream cut while closing: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    assert!(seen.contains("\"finish_reason\":\"length\""), "{seen}");
+    drop(stream);
+    tokio::time::timeout(HANG, drain)
+        .await
+        .expect("the notice did not end")
+        .unwrap();
+    assert!(gw.shutdown.draining());
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "no longer accepting"
+    );
+}
+
+/// A GET on a fresh connection (closed after the answer); what came back.
+async fn try_get(addr: std::net::SocketAddr, path: &str) -> String {
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    c.write_all(req.as_bytes()).await.unwrap();
+    read_until_closed(&mut c).await
+}
+
 async fn try_request(addr: std::net::SocketAddr) -> Option<String> {
     let mut c = TcpStream::connect(addr).await.ok()?;
     let body = r#"{"model":"tr","prompt":[1,2,3],"max_tokens":2}"#;

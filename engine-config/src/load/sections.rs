@@ -226,6 +226,7 @@ pub(super) fn build_gateway(
             .map(|v| non_empty(Some(v), String::new(), "gateway.api_keys_env"))
             .transpose()?,
         drain_timeout_ms: raw.drain_timeout_ms.unwrap_or(defaults.drain_timeout_ms),
+        close_notice_ms: raw.close_notice_ms.unwrap_or(defaults.close_notice_ms),
         retry_after_s: raw.retry_after_s.unwrap_or(defaults.retry_after_s),
         group_wait_ms: raw.group_wait_ms.unwrap_or(defaults.group_wait_ms),
         groups: raw

@@ -25,7 +25,7 @@ pub fn handle(gw: Arc<Gateway>) -> Response {
     let groups = gw.all_replicas();
     let healthy = groups.iter().filter(|g| g.backend.healthy()).count();
     let scaled_to_zero = groups.is_empty() && !gw.options.group_wait.is_zero();
-    let ok = (healthy > 0 || scaled_to_zero) && !gw.shutdown.draining();
+    let ok = (healthy > 0 || scaled_to_zero) && !gw.shutdown.closing();
     let status = if ok {
         StatusCode::OK
     } else {
@@ -37,7 +37,7 @@ pub fn handle(gw: Arc<Gateway>) -> Response {
             "status": if ok { "ok" } else { "unavailable" },
             "groups": groups.len(),
             "healthy_groups": healthy,
-            "draining": gw.shutdown.draining(),
+            "draining": gw.shutdown.closing(),
         }),
     )
 }
