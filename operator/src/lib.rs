@@ -20,6 +20,7 @@ mod gpu_fit_tests;
 pub mod groups;
 pub mod metrics;
 pub mod names;
+pub mod pods;
 pub mod probe;
 pub mod refs;
 pub mod retune;
