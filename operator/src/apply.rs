@@ -294,12 +294,17 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
     };
 
     // A spec problem, or a Secret/PVC it names that does not exist: say so
-    // and hold off (pods could not start), rechecking until it is fixed.
+    // and hold off (pods could not start), rechecking until it is fixed. A
+    // claim that exists but is not Bound is only shown: pods may be what it
+    // waits for (WaitForFirstConsumer).
+    let mut unbound = Vec::new();
     let problem = match validate::check(&trd) {
         Some(p) => Some(p),
         None => {
-            let found = refs::lookup(&ctx.client, &ns, &refs::references(&trd)).await?;
-            refs::summarize(&refs::problems(&refs::references(&trd), &found))
+            let references = refs::references(&trd);
+            let found = refs::lookup(&ctx.client, &ns, &references).await?;
+            unbound = refs::unbound(&references, &found);
+            refs::summarize(&refs::problems(&references, &found))
         }
     };
     if let Some(problem) = problem {
@@ -323,7 +328,10 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
 
     let result = apply_all(&trd, &ctx, &ns, &recorder, &mut status).await;
     let problem = match &result {
-        Ok(problem) => problem.clone(),
+        Ok(problem) => {
+            let all: Vec<_> = problem.iter().chain(&unbound).cloned().collect();
+            refs::summarize(&all)
+        }
         Err(e) => {
             publish(
                 &recorder,
@@ -356,13 +364,17 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
         m.drain_since.is_some() || m.roll_unlisted.is_some()
     });
     result?;
-    Ok(Action::requeue(
-        if trd.spec.autoscaling.enabled || draining {
-            ctx.settings.autoscale_period
-        } else {
-            ctx.settings.resync_period
-        },
-    ))
+    let period = if trd.spec.autoscaling.enabled || draining {
+        ctx.settings.autoscale_period
+    } else {
+        ctx.settings.resync_period
+    };
+    // A claim binding is no change this controller watches: look again soon.
+    Ok(Action::requeue(if unbound.is_empty() {
+        period
+    } else {
+        period.min(ctx.settings.recheck_period)
+    }))
 }
 
 /// Everything after the spec check; fills `status` and returns a

@@ -1,14 +1,18 @@
 //! Objects a resource refers to but does not own (the gateway's API-key
 //! Secret, model PVCs): the operator looks them up before applying, and a
 //! missing one becomes `Degraded` with a precise reason instead of pods that
-//! hang in `ContainerCreating` or a crash loop. The lookup is async; what
-//! counts as a problem is the pure [`problems`].
+//! hang in `ContainerCreating` or a crash loop. A claim that exists but is
+//! not Bound is shown the same way ([`unbound`], with the newest Event about
+//! it) without holding the apply back: a `WaitForFirstConsumer` claim binds
+//! only once a pod uses it. The lookup is async; what counts as a problem is
+//! the pure [`problems`] and [`unbound`].
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crds::TokenRouterDeployment;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
-use kube::api::Api;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Secret};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
 use kube::Client;
 
 /// The key `gateway.apiKeySecretRef` reads when it names none.
@@ -23,14 +27,41 @@ pub struct References {
     pub claims: BTreeMap<String, Vec<String>>,
 }
 
+/// Condition reason of a claim that exists but is not Bound.
+pub const PVC_NOT_BOUND: &str = "PVCNotBound";
+
+/// The phase of a claim the volume controller has bound.
+const BOUND: &str = "Bound";
+
+/// A claim that exists: its phase and what the cluster last said about it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClaimState {
+    /// `status.phase` (`Pending`, `Bound`, `Lost`); `None` before any
+    /// controller wrote one.
+    pub phase: Option<String>,
+    /// For a claim not Bound, the Event [`claim_event`] picks (`Reason:
+    /// message`), when the operator may read Events.
+    pub event: Option<String>,
+}
+
+impl ClaimState {
+    /// A claim in `phase` with no Event.
+    pub fn in_phase(phase: &str) -> Self {
+        Self {
+            phase: Some(phase.into()),
+            event: None,
+        }
+    }
+}
+
 /// What exists of [`References`]: for the Secret, its keys (`None`: no such
-/// Secret); the claims that exist.
+/// Secret); the claims that exist, with their state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found {
     /// Keys of the API-key Secret, if it exists.
     pub secret_keys: Option<BTreeSet<String>>,
     /// Claims that exist.
-    pub claims: BTreeSet<String>,
+    pub claims: BTreeMap<String, ClaimState>,
 }
 
 /// The references of `trd`'s spec.
@@ -75,7 +106,7 @@ pub fn problems(refs: &References, found: &Found) -> Vec<(String, String)> {
         }
     }
     for (claim, models) in &refs.claims {
-        if !found.claims.contains(claim) {
+        if !found.claims.contains_key(claim) {
             out.push((
                 "PVCNotFound".to_string(),
                 format!(
@@ -86,6 +117,63 @@ pub fn problems(refs: &References, found: &Found) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// Every claim that exists but is not Bound, as ([`PVC_NOT_BOUND`],
+/// message naming the claim, its phase, the models that mount it and the
+/// Event about it). Not a reason to hold off: pods may be what the claim
+/// waits for.
+pub fn unbound(refs: &References, found: &Found) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (claim, models) in &refs.claims {
+        let Some(state) = found.claims.get(claim) else {
+            continue;
+        };
+        if state.phase.as_deref() == Some(BOUND) {
+            continue;
+        }
+        // The API server sets Pending on create; no phase at all is the same.
+        let phase = state.phase.as_deref().unwrap_or("Pending");
+        let mut message = format!(
+            "PersistentVolumeClaim {claim} (source of model {}) is {phase}, not Bound",
+            models.join(", ")
+        );
+        if let Some(event) = &state.event {
+            message.push_str(&format!(" ({event})"));
+        }
+        out.push((PVC_NOT_BOUND.to_string(), message));
+    }
+    out
+}
+
+/// When `e` last happened: its series' last sighting, else its last
+/// timestamp, its event time or its creation.
+fn when(e: &Event) -> Option<Timestamp> {
+    e.series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
+        .or(e.last_timestamp.as_ref().map(|t| t.0))
+        .or(e.event_time.as_ref().map(|t| t.0))
+        .or(e.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// What to show of `events` (all about one claim) as `Reason: message`:
+/// the newest Warning (`ProvisioningFailed`, ...), else the newest Event of
+/// any type (`WaitForFirstConsumer`, `ExternalProvisioning`), since a
+/// provisioner's repeated Normal "waiting" Events would hide its failure.
+pub fn claim_event(events: &[Event]) -> Option<String> {
+    let newest = |warning: bool| {
+        events
+            .iter()
+            .filter(|e| !warning || e.type_.as_deref() == Some("Warning"))
+            .max_by_key(|e| when(e))
+    };
+    let e = newest(true).or_else(|| newest(false))?;
+    let reason = e.reason.as_deref().unwrap_or("Event");
+    Some(match e.message.as_deref().map(str::trim) {
+        Some(m) if !m.is_empty() => format!("{reason}: {m}"),
+        _ => reason.to_string(),
+    })
 }
 
 /// One (reason, message) for all problems: the first's reason, every message.
@@ -112,11 +200,34 @@ pub async fn lookup(client: &Client, ns: &str, refs: &References) -> kube::Resul
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     for claim in refs.claims.keys() {
-        if claims.get_opt(claim).await?.is_some() {
-            found.claims.insert(claim.clone());
-        }
+        let Some(pvc) = claims.get_opt(claim).await? else {
+            continue;
+        };
+        let phase = pvc.status.and_then(|s| s.phase);
+        let event = match phase.as_deref() {
+            Some(BOUND) => None,
+            _ => claim_events(client, ns, claim).await,
+        };
+        found
+            .claims
+            .insert(claim.clone(), ClaimState { phase, event });
     }
     Ok(found)
+}
+
+/// [`claim_event`] of the Events about `claim`; `None` when they cannot be
+/// listed (no RBAC for Events: the condition then goes without the reason).
+async fn claim_events(client: &Client, ns: &str, claim: &str) -> Option<String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let about = format!("involvedObject.kind=PersistentVolumeClaim,involvedObject.name={claim}");
+    match events.list(&ListParams::default().fields(&about)).await {
+        Ok(list) => claim_event(&list.items),
+        Err(e) => {
+            // Debug: this repeats every recheck while the claim is unbound.
+            tracing::debug!(%claim, error = %e, "cannot list the claim's Events");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,7 +268,7 @@ mod tests {
         assert!(none[2].1.contains("weights (source of model small, big)"));
         let wrong_key = Found {
             secret_keys: Some(["other".to_string()].into()),
-            claims: ["weights".to_string(), "big-weights".to_string()].into(),
+            claims: bound(&["weights", "big-weights"]),
         };
         let p = problems(&r, &wrong_key);
         assert_eq!(p.len(), 1);
@@ -175,6 +286,103 @@ mod tests {
         let s = summarize(&none).unwrap();
         assert_eq!(s.0, "SecretNotFound");
         assert_eq!(s.1.matches("does not exist").count(), 3);
+    }
+
+    fn bound(claims: &[&str]) -> BTreeMap<String, ClaimState> {
+        claims
+            .iter()
+            .map(|c| (c.to_string(), ClaimState::in_phase(BOUND)))
+            .collect()
+    }
+
+    #[test]
+    fn a_claim_not_bound_is_named_with_its_phase_models_and_event() {
+        let r = references(&trd(SPEC));
+        let mut found = Found {
+            claims: bound(&["weights", "big-weights"]),
+            ..Found::default()
+        };
+        assert!(unbound(&r, &found).is_empty(), "all bound: nothing to say");
+        found.claims.insert(
+            "weights".into(),
+            ClaimState {
+                phase: Some("Pending".into()),
+                event: Some("ProvisioningFailed: no capacity".into()),
+            },
+        );
+        found
+            .claims
+            .insert("big-weights".into(), ClaimState::default());
+        let u = unbound(&r, &found);
+        assert_eq!(u.len(), 2);
+        assert!(u.iter().all(|(reason, _)| reason == PVC_NOT_BOUND));
+        assert_eq!(
+            u[0].1,
+            "PersistentVolumeClaim big-weights (source of model huge) is Pending, not Bound"
+        );
+        assert_eq!(
+            u[1].1,
+            "PersistentVolumeClaim weights (source of model small, big) is Pending, not Bound \
+             (ProvisioningFailed: no capacity)"
+        );
+        // Missing claims are problems (they block), not unbound claims.
+        found.claims.remove("big-weights");
+        assert_eq!(unbound(&r, &found).len(), 1);
+        assert_eq!(problems(&r, &found)[0].0, "SecretNotFound");
+        found
+            .claims
+            .insert("weights".into(), ClaimState::in_phase("Lost"));
+        assert!(unbound(&r, &found)[0]
+            .1
+            .contains("weights (source of model small, big) is Lost"));
+    }
+
+    fn event(kind: &str, reason: &str, message: &str, at_s: i64) -> Event {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("e{at_s}")},
+            "involvedObject": {"kind": "PersistentVolumeClaim", "name": "weights"},
+            "type": kind, "reason": reason, "message": message,
+            "lastTimestamp": Timestamp::from_second(at_s).unwrap().to_string(),
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_newest_warning_wins_over_newer_normal_events() {
+        assert_eq!(claim_event(&[]), None);
+        let waiting = event(
+            "Normal",
+            "WaitForFirstConsumer",
+            "waiting for first consumer to be created before binding",
+            100,
+        );
+        assert_eq!(
+            claim_event(std::slice::from_ref(&waiting)).as_deref(),
+            Some("WaitForFirstConsumer: waiting for first consumer to be created before binding")
+        );
+        let events = [
+            event("Warning", "ProvisioningFailed", "old failure", 10),
+            waiting,
+            event(
+                "Warning",
+                "ProvisioningFailed",
+                "storageclass \"fast\" not found",
+                50,
+            ),
+            event(
+                "Normal",
+                "ExternalProvisioning",
+                "waiting for a volume",
+                200,
+            ),
+        ];
+        assert_eq!(
+            claim_event(&events).as_deref(),
+            Some("ProvisioningFailed: storageclass \"fast\" not found")
+        );
+        let mut bare = event("Normal", "Provisioning", " ", 300);
+        bare.type_ = None;
+        assert_eq!(claim_event(&[bare]).as_deref(), Some("Provisioning"));
     }
 
     #[test]
