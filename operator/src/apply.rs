@@ -369,12 +369,15 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
     } else {
         ctx.settings.resync_period
     };
-    // A claim binding is no change this controller watches: look again soon.
-    Ok(Action::requeue(if unbound.is_empty() {
-        period
-    } else {
-        period.min(ctx.settings.recheck_period)
-    }))
+    // A claim binding, or a pod's image pull, is no change this controller
+    // watches: look again soon.
+    Ok(Action::requeue(
+        if unbound.is_empty() && problem.is_none() {
+            period
+        } else {
+            period.min(ctx.settings.recheck_period)
+        },
+    ))
 }
 
 /// Everything after the spec check; fills `status` and returns a
@@ -425,6 +428,7 @@ async fn apply_all(
         .await;
     }
     let monitor_problem = apply_monitor(trd, ctx, ns, &desired_objs).await;
+    let problem = monitor_problem.or(pull_problem(trd, ctx, ns).await);
 
     if current.is_some_and(|c| c != plan.replicas) {
         ctx.metrics.scalings.inc();
@@ -478,7 +482,7 @@ async fn apply_all(
         sets,
         gateway_ready: gw_status.ready_replicas.unwrap_or(0),
         gateway_replicas: trd.spec.gateway.replicas,
-        problem: monitor_problem.clone(),
+        problem: problem.clone(),
     });
     let old = trd.status.clone().unwrap_or_default();
     status.conditions = status::carry_transitions(&old.conditions, computed.conditions);
@@ -487,5 +491,22 @@ async fn apply_all(
     status.models = computed.models;
     status.thresholds = (thresholds.source == ThresholdSource::Fixed).then_some(thresholds);
     status.observed_concurrency = load.and_then(|l| i64::try_from(l).ok());
-    Ok(monitor_problem)
+    Ok(problem)
+}
+
+/// A container of the resource's pods that cannot pull its image, as a
+/// problem naming the image (crate::pods); none when the pods cannot be
+/// listed (logged: the next reconcile looks again).
+async fn pull_problem(
+    trd: &TokenRouterDeployment,
+    ctx: &Context,
+    ns: &str,
+) -> Option<(String, String)> {
+    match crate::pods::list(&ctx.client, ns, &names::instance(trd)).await {
+        Ok(pods) => crate::pods::pull_problem(&pods),
+        Err(e) => {
+            tracing::warn!(resource = %key(trd), error = %e, "cannot list the pods");
+            None
+        }
+    }
 }
