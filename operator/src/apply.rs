@@ -428,7 +428,8 @@ async fn apply_all(
         .await;
     }
     let monitor_problem = apply_monitor(trd, ctx, ns, &desired_objs).await;
-    let problem = monitor_problem.or(pull_problem(trd, ctx, ns).await);
+    let problem =
+        monitor_problem.or(crate::pods::observe(&ctx.client, ns, &names::instance(trd)).await);
 
     if current.is_some_and(|c| c != plan.replicas) {
         ctx.metrics.scalings.inc();
@@ -492,21 +493,4 @@ async fn apply_all(
     status.thresholds = (thresholds.source == ThresholdSource::Fixed).then_some(thresholds);
     status.observed_concurrency = load.and_then(|l| i64::try_from(l).ok());
     Ok(problem)
-}
-
-/// A container of the resource's pods that cannot pull its image, as a
-/// problem naming the image (crate::pods); none when the pods cannot be
-/// listed (logged: the next reconcile looks again).
-async fn pull_problem(
-    trd: &TokenRouterDeployment,
-    ctx: &Context,
-    ns: &str,
-) -> Option<(String, String)> {
-    match crate::pods::list(&ctx.client, ns, &names::instance(trd)).await {
-        Ok(pods) => crate::pods::pull_problem(&pods),
-        Err(e) => {
-            tracing::warn!(resource = %key(trd), error = %e, "cannot list the pods");
-            None
-        }
-    }
 }

@@ -62,6 +62,19 @@ pub fn pull_problem(pods: &[Pod]) -> Option<(String, String)> {
     Some((REASON.to_string(), message))
 }
 
+/// [`pull_problem`] of the resource's pods (instance label `instance` in
+/// `ns`); none when they cannot be listed (logged: the next reconcile
+/// looks again).
+pub async fn observe(client: &Client, ns: &str, instance: &str) -> Option<(String, String)> {
+    match list(client, ns, instance).await {
+        Ok(pods) => pull_problem(&pods),
+        Err(e) => {
+            tracing::warn!(%ns, %instance, error = %e, "cannot list the pods");
+            None
+        }
+    }
+}
+
 /// The pods of the resource (its instance label) in `ns`.
 pub async fn list(client: &Client, ns: &str, instance: &str) -> kube::Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
