@@ -13,6 +13,8 @@
 //!   [`RequestError`](client::RequestError).
 //! - [`peer`]: the messages between subservers and their TCP codec.
 //! - [`wire`]: the NDJSON events a group's ingress streams to a gateway.
+//! - [`text_side`]: the entry model's tokenizer files a subserver serves
+//!   to a remote gateway.
 //! - [`execution_mode`]: how a group's models overlap their steps.
 //! - [`metrics`]: every metric name, with its type and labels.
 //! - [`access`]: the bearer token of the subservers' control endpoints.
@@ -25,6 +27,7 @@ pub mod metrics;
 pub mod peer;
 pub mod sampling;
 mod string_enum;
+pub mod text_side;
 pub mod wire;
 
 pub use execution_mode::ExecutionMode;

@@ -43,6 +43,11 @@ pub trait AdminApi: Send + Sync {
         let _ = value;
         Err("this subserver's policy has no live routing threshold".into())
     }
+    /// The entry model's directory, whose tokenizer files
+    /// `GET /internal/text-side` serves; `None` (404) when there is none.
+    fn text_dir(&self) -> Option<&super::text_side::TextDir> {
+        None
+    }
 }
 
 /// The `/admin/routing_threshold` side of a policy's [`ThresholdKnob`].

@@ -11,8 +11,9 @@
 //! | PUT | `/admin/routing_threshold` | same body in: moves the policy's live knob (400 out of range) |
 //! | GET | `/admin/state` | [`AdminApi::snapshot`] (queues per model, KV usage) |
 //! | POST | `/internal/generate` | the client ingress of a remote gateway ([`ingress`]): NDJSON events |
+//! | GET | `/internal/text-side` | the entry model's tokenizer files for a remote gateway ([`text_side`]) |
 //!
-//! `/admin/*` and `/internal/generate` are guarded ([`access`]): a bearer
+//! `/admin/*` and `/internal/*` are guarded ([`access`]): a bearer
 //! token when one is configured, else loopback clients only.
 //!
 //! Errors answer `{"error":{"message":..,"type":..}}` as the OpenAI API
@@ -28,6 +29,7 @@ pub mod ingress;
 mod reply;
 mod routes;
 mod server;
+pub mod text_side;
 mod thresholds;
 
 pub use access::{AdminToken, ControlAccess};
@@ -35,4 +37,5 @@ pub use admin::{knob_value, set_knob, AdminApi, ThresholdTable};
 pub use error::HttpError;
 pub use ingress::Ingress;
 pub use server::SubserverHttp;
+pub use text_side::TextDir;
 pub use thresholds::{parse_thresholds, thresholds_json, THRESHOLDS_KEY};

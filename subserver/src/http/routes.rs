@@ -21,7 +21,7 @@ use crate::metrics::{encode_text, TEXT_CONTENT_TYPE};
 /// (a handful of models by a thousand `n` fit).
 const MAX_BODY_BYTES: u64 = 64 * 1024;
 
-const ENDPOINTS: &str = "GET /metrics, GET /livez, GET /health, GET|PUT /admin/thresholds, GET|PUT /admin/routing_threshold, GET /admin/state, POST /internal/generate";
+const ENDPOINTS: &str = "GET /metrics, GET /livez, GET /health, GET|PUT /admin/thresholds, GET|PUT /admin/routing_threshold, GET /admin/state, POST /internal/generate, GET /internal/text-side";
 
 /// Largest `/internal/generate` body (a long prompt's ids as JSON).
 const MAX_GENERATE_BYTES: u64 = 64 * 1024 * 1024;
@@ -76,10 +76,15 @@ pub(super) fn routes(
         .and(warp::body::content_length_limit(MAX_BODY_BYTES))
         .and(warp::body::bytes())
         .map(move |body: Bytes| put_routing_threshold(s.as_ref(), &body));
+    let s = state.clone();
     let admin_state = warp::path!("admin" / "state")
         .and(warp::get())
         .and(gate.clone())
-        .map(move || reply::json(StatusCode::OK, &state.snapshot()));
+        .map(move || reply::json(StatusCode::OK, &s.snapshot()));
+    let text_side = warp::path!("internal" / "text-side")
+        .and(warp::get())
+        .and(gate.clone())
+        .map(move || super::text_side::answer(state.text_dir()));
     let generate = warp::path!("internal" / "generate")
         .and(warp::post())
         .and(gate)
@@ -101,6 +106,8 @@ pub(super) fn routes(
         .or(put_knob)
         .unify()
         .or(admin_state)
+        .unify()
+        .or(text_side)
         .unify()
         .or(generate)
         .unify()

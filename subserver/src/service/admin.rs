@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::http::{knob_value, set_knob, AdminApi, ThresholdTable};
+use crate::http::{knob_value, set_knob, AdminApi, TextDir, ThresholdTable};
 use crate::policy::ThresholdKnob;
 use crate::scheduler::group::Group;
 
@@ -13,17 +13,32 @@ use crate::scheduler::group::Group;
 pub struct GroupAdmin {
     group: Arc<Group>,
     knob: Option<ThresholdKnob>,
+    text: Option<TextDir>,
 }
 
 impl GroupAdmin {
     /// Serves `group`; `knob` is its policy's live routing threshold (one
     /// cell shared by the members).
     pub fn new(group: Arc<Group>, knob: Option<ThresholdKnob>) -> Self {
-        Self { group, knob }
+        Self {
+            group,
+            knob,
+            text: None,
+        }
+    }
+
+    /// Also serves the tokenizer files of `text` (the entry model's).
+    pub fn with_text_dir(mut self, text: Option<TextDir>) -> Self {
+        self.text = text;
+        self
     }
 }
 
 impl AdminApi for GroupAdmin {
+    fn text_dir(&self) -> Option<&TextDir> {
+        self.text.as_ref()
+    }
+
     fn routing_threshold(&self) -> Option<f64> {
         knob_value(self.knob.as_ref())
     }
@@ -107,6 +122,7 @@ impl AdminApi for GroupAdmin {
 pub struct MemberAdmin {
     member: Arc<crate::scheduler::member::MemberProcess>,
     knob: Option<ThresholdKnob>,
+    text: Option<TextDir>,
 }
 
 impl MemberAdmin {
@@ -115,7 +131,17 @@ impl MemberAdmin {
         member: Arc<crate::scheduler::member::MemberProcess>,
         knob: Option<ThresholdKnob>,
     ) -> Self {
-        Self { member, knob }
+        Self {
+            member,
+            knob,
+            text: None,
+        }
+    }
+
+    /// Also serves the tokenizer files of `text` (the entry model's).
+    pub fn with_text_dir(mut self, text: Option<TextDir>) -> Self {
+        self.text = text;
+        self
     }
 
     fn name(&self) -> String {
@@ -124,6 +150,10 @@ impl MemberAdmin {
 }
 
 impl AdminApi for MemberAdmin {
+    fn text_dir(&self) -> Option<&TextDir> {
+        self.text.as_ref()
+    }
+
     fn routing_threshold(&self) -> Option<f64> {
         knob_value(self.knob.as_ref())
     }

@@ -87,6 +87,10 @@ impl AdminApi for DrainingAdmin {
     fn set_routing_threshold(&self, value: f64) -> Result<f64, String> {
         self.inner.set_routing_threshold(value)
     }
+    fn text_dir(&self) -> Option<&crate::http::TextDir> {
+        // Static files: still served while draining.
+        self.inner.text_dir()
+    }
 }
 
 /// An [`Ingress`] that refuses new requests while draining.

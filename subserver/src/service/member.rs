@@ -98,7 +98,12 @@ impl MemberService {
                 // Only the entry model's process takes client requests.
                 let ingress: Option<Arc<dyn crate::http::Ingress>> = (index == cfg.entry_index())
                     .then(|| Arc::new(DrainingIngress::new(member.clone(), drain.clone())) as _);
-                let api = Arc::new(MemberAdmin::new(member.clone(), knob));
+                // Every model pod mounts the entry's directory (the
+                // tokenizer), so any of them can serve the text side.
+                let api = Arc::new(
+                    MemberAdmin::new(member.clone(), knob)
+                        .with_text_dir(crate::http::TextDir::entry_of(cfg)),
+                );
                 Some(SubserverHttp::start_secured(
                     addr,
                     Arc::new(DrainingAdmin::new(api, drain.clone())),

@@ -102,7 +102,10 @@ impl Service {
         let drain = drain::Drain::default();
         let http = match admin {
             Some(addr) => {
-                let api = Arc::new(admin::GroupAdmin::new(group.clone(), knob));
+                let api = Arc::new(
+                    admin::GroupAdmin::new(group.clone(), knob)
+                        .with_text_dir(crate::http::TextDir::entry_of(cfg)),
+                );
                 let api = Arc::new(drain::DrainingAdmin::new(api, drain.clone()));
                 let ingress: Arc<dyn crate::http::Ingress> =
                     Arc::new(drain::DrainingIngress::new(group.clone(), drain.clone()));
