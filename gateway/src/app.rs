@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use engine_config::EngineConfig;
+use engine_config::{EngineConfig, TextSideSource};
 #[cfg(feature = "inproc")]
 use subserver::service::{Service, ServiceError};
 
@@ -83,6 +83,7 @@ pub fn catalog(cfg: &EngineConfig) -> Catalog {
         member_defaults: (0..cfg.models().len())
             .map(|i| cfg.model_generation_defaults(i))
             .collect(),
+        learned: Default::default(),
     }
 }
 
@@ -135,7 +136,7 @@ pub fn log_defaults(catalog: &Catalog) {
     tracing::info!(
         model = %catalog.served,
         routing = "token-level",
-        defaults = %catalog.defaults,
+        defaults = %catalog.defaults_for(crate::validate::Target::Routed),
         "sampling defaults"
     );
     for (i, m) in catalog.members.iter().enumerate() {
@@ -200,11 +201,21 @@ pub fn inproc_groups(cfgs: &[EngineConfig]) -> Result<(Arc<Gateway>, Vec<Service
 
 /// A gateway in front of the remote groups `cfg` lists (`gateway.groups`,
 /// `gateway.groups_file`); the models of `cfg` name the served models and
-/// its entry model's directory gives the tokenizer. Needs a tokio runtime.
+/// its entry model's directory gives the tokenizer, or with
+/// `gateway.text_side: backend` the first group that serves it (see
+/// [`crate::text_source`]). Needs a tokio runtime.
 pub async fn remote(
     cfg: &EngineConfig,
 ) -> Result<(Arc<Gateway>, crate::discovery::Discovery), AppError> {
-    let text = text_side(cfg)?;
+    let from_backend = cfg.gateway().text_side == TextSideSource::Backend;
+    let text = if from_backend {
+        tracing::info!(
+            "gateway.text_side: backend: the tokenizer comes from the first healthy group"
+        );
+        TextSide::pending()
+    } else {
+        text_side(cfg)?
+    };
     let keys = api_keys(cfg)?;
     let g = cfg.gateway();
     let catalog = catalog(cfg);
@@ -216,7 +227,13 @@ pub async fn remote(
         GatewayOptions::from_config(g),
         vec![],
     )?);
-    let discovery =
+    let mut discovery =
         crate::discovery::start(gw.clone(), g.groups.clone(), g.groups_file.clone()).await;
+    if from_backend {
+        discovery.hold(crate::text_source::spawn(
+            gw.clone(),
+            cfg.generation_override(),
+        ));
+    }
     Ok((gw, discovery))
 }

@@ -53,14 +53,26 @@ pub fn parse_urls(text: &str) -> Vec<String> {
 }
 
 /// Keeps the gateway's pool in line with the configured groups. Dropping it
-/// stops the watcher.
+/// stops the watcher (and the tasks it [holds](Self::hold)).
 pub struct Discovery {
     task: JoinHandle<()>,
+    held: Vec<JoinHandle<()>>,
+}
+
+impl Discovery {
+    /// Stops `task` with the watcher: a task that lives off the groups
+    /// found (the text-side loader).
+    pub fn hold(&mut self, task: JoinHandle<()>) {
+        self.held.push(task);
+    }
 }
 
 impl Drop for Discovery {
     fn drop(&mut self) {
         self.task.abort();
+        for t in &self.held {
+            t.abort();
+        }
     }
 }
 
@@ -189,7 +201,10 @@ pub async fn start(gw: Arc<Gateway>, fixed: Vec<String>, file: Option<PathBuf>) 
             }
         }
     });
-    Discovery { task }
+    Discovery {
+        task,
+        held: Vec::new(),
+    }
 }
 
 #[cfg(test)]

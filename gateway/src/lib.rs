@@ -35,6 +35,7 @@ pub mod shutdown;
 pub mod sse;
 pub mod state;
 pub mod text;
+pub mod text_source;
 pub mod validate;
 
 pub use error::ApiError;

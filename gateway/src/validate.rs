@@ -16,6 +16,9 @@ use crate::openai::request::{
 use crate::openai::Endpoint;
 use crate::text::TextSide;
 
+mod catalog;
+pub use catalog::{Catalog, LearnedDefaults, Target};
+
 /// Most choices per prompt.
 pub const MAX_N: usize = 64;
 /// Most prompts in one completions request.
@@ -28,67 +31,6 @@ pub const DEFAULT_CHAT_MAX_TOKENS: usize = 512;
 pub const DEFAULT_COMPLETION_MAX_TOKENS: usize = 16;
 /// Upper bound on `max_tokens` before the engine's own context check.
 pub const MAX_TOKENS_CAP: u64 = 1 << 24;
-
-/// Who writes the tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// Token-level routing over the whole group.
-    Routed,
-    /// Query-level: this member model writes every token.
-    Pinned(u16),
-}
-
-/// The models one routed group serves: the group name (token-level
-/// routing) and each member (query-level on that model), with the sampling
-/// defaults of each (vLLM's generation config).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Catalog {
-    /// The routed group's name (`gateway.served_model_name`).
-    pub served: String,
-    /// Member model names by index.
-    pub members: Vec<String>,
-    /// Index of the entry model (the small one); the others count as large.
-    pub entry: u16,
-    /// Sampling defaults of the routed group.
-    pub defaults: GenerationDefaults,
-    /// Sampling defaults of each member served alone (index = member);
-    /// a missing entry means none.
-    pub member_defaults: Vec<GenerationDefaults>,
-}
-
-impl Catalog {
-    /// The target of `model`: the served name or `default` route token by
-    /// token; a member's name runs that member alone.
-    pub fn resolve(&self, model: &str) -> Result<Target, ApiError> {
-        if model == self.served || model == "default" {
-            return Ok(Target::Routed);
-        }
-        match self.members.iter().position(|m| m == model) {
-            Some(i) => Ok(Target::Pinned(i as u16)),
-            None => Err(ApiError::ModelNotFound(model.to_string())),
-        }
-    }
-
-    /// The sampling defaults of `target`.
-    pub fn defaults_for(&self, target: Target) -> GenerationDefaults {
-        match target {
-            Target::Routed => self.defaults,
-            Target::Pinned(i) => self
-                .member_defaults
-                .get(i as usize)
-                .copied()
-                .unwrap_or_default(),
-        }
-    }
-
-    /// Name of member `i` (or `model_i` for an unknown index).
-    pub fn member(&self, i: u16) -> String {
-        self.members
-            .get(i as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("model_{i}"))
-    }
-}
 
 /// One prompt: its ids and (for `echo`) its text.
 #[derive(Debug, Clone, PartialEq)]

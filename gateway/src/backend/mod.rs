@@ -22,7 +22,19 @@ pub trait Backend: Send + Sync {
     fn healthy(&self) -> bool;
     /// Requests the group itself reports active.
     fn active(&self) -> usize;
+    /// Fetches the group's text side (its entry model's tokenizer files,
+    /// `GET /internal/text-side`) for a gateway without a copy of them;
+    /// `None` when this backend has no such endpoint (an in-process group:
+    /// its gateway reads the directory itself).
+    fn text_side(&self) -> Option<TextSideFetch> {
+        None
+    }
 }
+
+/// A pending [`Backend::text_side`]: the body, or why not (a message that
+/// names the group).
+pub type TextSideFetch =
+    futures_util::future::BoxFuture<'static, Result<protocol::text_side::TextSideBody, String>>;
 
 /// A running request. Dropping it before the request ended cancels it in
 /// every subserver of the group (the client went away, or the gateway is

@@ -2,6 +2,8 @@
 //! `POST /internal/generate` (NDJSON events). Dropping a [`Submission`]
 //! aborts its HTTP exchange; the subserver sees the connection close and
 //! cancels the request in every model. Health is `GET /health`, polled.
+//! A gateway without the model's files fetches them from
+//! `GET /internal/text-side` ([`Backend::text_side`]).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -10,6 +12,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use protocol::client::{RequestError, StreamEvent};
 use protocol::sampling::SamplingParams;
+use protocol::text_side::{TextSideBody, TEXT_SIDE_PATH};
 use protocol::wire::{GenerateBody, WireEvent, GENERATE_PATH};
 use tokio::task::JoinHandle;
 
@@ -169,4 +172,40 @@ impl Backend for RemoteBackend {
     fn active(&self) -> usize {
         self.active.load(Ordering::SeqCst)
     }
+
+    fn text_side(&self) -> Option<super::TextSideFetch> {
+        let (client, url) = (self.client.clone(), self.url.clone());
+        Some(Box::pin(fetch_text_side(client, url)))
+    }
+}
+
+/// How long one text-side fetch may take (a tokenizer is a few megabytes).
+const TEXT_SIDE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `GET {url}/internal/text-side`, parsed and checked.
+async fn fetch_text_side(client: reqwest::Client, url: String) -> Result<TextSideBody, String> {
+    let endpoint = format!("{url}{TEXT_SIDE_PATH}");
+    let resp = client
+        .get(&endpoint)
+        .timeout(TEXT_SIDE_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| format!("{endpoint} unreachable: {e}"))?;
+    let status = resp.status();
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| format!("{endpoint}: the answer broke off: {e}"))?;
+    if !status.is_success() {
+        // The subserver's errors are `{"error": {"message": ..}}`.
+        let message = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["error"]["message"].as_str().map(str::to_string))
+            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        return Err(format!("{endpoint} answered {status}: {message}"));
+    }
+    let body: TextSideBody =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{endpoint}: not a text side: {e}"))?;
+    body.check().map_err(|e| format!("{endpoint}: {e}"))?;
+    Ok(body)
 }

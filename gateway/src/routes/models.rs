@@ -48,7 +48,8 @@ pub fn list(gw: &Gateway) -> Vec<Value> {
         .iter()
         .map(|g| {
             let c = &g.catalog;
-            entry(&c.served, "token-level", &c.served, &c.defaults)
+            let d = c.defaults_for(Target::Routed);
+            entry(&c.served, "token-level", &c.served, &d)
         })
         .collect();
     let mut seen: Vec<&str> = gw

@@ -10,6 +10,7 @@ fn catalog() -> Catalog {
         entry: 0,
         defaults: GenerationDefaults::default(),
         member_defaults: Vec::new(),
+        learned: LearnedDefaults::default(),
     }
 }
 
