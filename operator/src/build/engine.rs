@@ -205,6 +205,8 @@ fn gateway_section(trd: &TokenRouterDeployment) -> Value {
         "groups_file".into(),
         json!(format!("{}/{}", names::GROUPS_DIR, names::GROUPS_KEY)),
     );
+    // The gateway pod mounts no model volume: its tokenizer comes from a group.
+    out.insert("text_side".into(), json!("backend"));
     Value::Object(out)
 }
 

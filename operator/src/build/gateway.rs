@@ -1,7 +1,9 @@
 //! The gateway: a Deployment of `tokenrouter gateway` and its Service. It
 //! reads the group list from the groups ConfigMap the operator keeps (so a
 //! scale-down can stop traffic to a group before its pods go) and the
-//! tokenizer from the entry model's weights.
+//! tokenizer from a group's entry subserver (`gateway.text_side: backend`),
+//! so it mounts no model volume: a ReadWriteOnce claim is never attached to
+//! a gateway's node.
 
 use std::collections::BTreeMap;
 
@@ -52,12 +54,9 @@ pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment 
     let (config_vol, config_mount) = pod::config_volume(trd);
     let (tmp_vol, tmp_mount) = pod::tmp_volume();
     let (groups_vol, groups_mount) = groups_volume(trd);
-    let mut volumes = vec![config_vol, tmp_vol, groups_vol];
-    let mut mounts = vec![config_mount, tmp_mount, groups_mount];
-    if let Some((v, m)) = pod::model_volume(entry) {
-        volumes.push(v);
-        mounts.push(m);
-    }
+    // No model volume: the tokenizer comes from a group (see the module doc).
+    let volumes = vec![config_vol, tmp_vol, groups_vol];
+    let mounts = vec![config_mount, tmp_mount, groups_mount];
     // Subservers put `/internal/generate` behind the admin token: without it
     // every completion is a 401 while `/health` (open) looks fine.
     let mut env = vec![pod::admin_token_env(trd)];
@@ -172,5 +171,44 @@ pub fn service(trd: &TokenRouterDeployment) -> Service {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::tests::sample;
+
+    #[test]
+    fn the_gateway_pod_mounts_no_model_volume() {
+        let trd = sample();
+        assert!(trd.spec.models.iter().all(|m| m.source.is_some()));
+        let d = deployment(&trd, "hash");
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        let volumes: Vec<&str> = pod
+            .volumes
+            .iter()
+            .flatten()
+            .map(|v| v.name.as_str())
+            .collect();
+        assert_eq!(volumes, ["config", "tmp", "groups"]);
+        assert!(pod
+            .volumes
+            .iter()
+            .flatten()
+            .all(|v| v.persistent_volume_claim.is_none() && v.host_path.is_none()));
+        let mounts: Vec<&str> = pod.containers[0]
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert!(
+            mounts.iter().all(|p| !p.starts_with("/models")),
+            "{mounts:?}"
+        );
+        // ... because its config tells it to get the tokenizer from a group.
+        let cfg = crate::build::engine::render(&trd, "ai", None, &Default::default());
+        assert_eq!(cfg["gateway"]["text_side"], "backend");
     }
 }
