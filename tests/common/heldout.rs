@@ -11,7 +11,8 @@ use std::path::Path;
 use subserver::config::DType;
 use subserver::runner::memory::KvBudget;
 use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use subserver::runner::{ModelRunner, StepBatch, StepItem};
+use subserver::runner::{ModelRunner, StepBatch, StepItem, StepOutput};
+use tch::Tensor;
 
 /// The teacher file make writes (`$(TEACHER)` in the Makefile).
 pub const TEACHER: &str = "teacher/smollm2-135m.pt";
@@ -25,6 +26,9 @@ pub struct Item {
     pub answer_from: usize,
     /// Answer tokens (an ending EOS included).
     pub n: usize,
+    /// The teacher's float32 top-1 at each answer position (transformers'
+    /// teacher-forced pass): what r2r_router.py labels a divergence against.
+    pub top1: Vec<u32>,
 }
 
 /// The teacher file's splits.
@@ -34,6 +38,15 @@ pub struct Split {
     pub train_prompts: Vec<Vec<u32>>,
     /// The held-out items, in the file's order.
     pub holdout: Vec<Item>,
+}
+
+impl Split {
+    /// The held-out items as r2r_router.py halves them: (calibration, test).
+    /// It calibrates the threshold on the first half (`hold[:len // 2]`)
+    /// and measures on the second; neither was trained on.
+    pub fn router_halves(&self) -> (&[Item], &[Item]) {
+        self.holdout.split_at(self.holdout.len() / 2)
+    }
 }
 
 /// Reads the teacher file's splits; fails when a held-out prompt is also a
@@ -58,15 +71,33 @@ pub fn split() -> Split {
     split
 }
 
-/// Per answer position of every item (in order): whether our engine's
-/// greedy top-1 for `model` (f32), fed the teacher's tokens before it,
-/// equals the teacher's token there. All items run as one batch.
-pub fn top1_agrees(model: &Path, items: &[Item]) -> Vec<Vec<bool>> {
+/// One teacher-forced step: the rows our engine computed for answer
+/// position `j` of the `live` items (row `r` of `out` is item `live[r]`).
+pub struct Forced<'a> {
+    /// The answer position every live row predicts.
+    pub j: usize,
+    /// Indices (into the items) of the rows, in row order.
+    pub live: &'a [usize],
+    /// The forward's output: logits and final hidden states per row.
+    pub out: &'a StepOutput,
+    /// The runner's token embedding matrix (what a router embeds with).
+    pub embeddings: Option<&'a Tensor>,
+}
+
+/// Runs `items` through our engine for `model` in `dtype`, teacher forced:
+/// at each answer position every item still answering gets one row
+/// predicting its next token, fed the teacher's tokens before it; `visit`
+/// sees each step's rows. All items run as one batch.
+pub fn teacher_forced(
+    model: &Path,
+    dtype: DType,
+    items: &[Item],
+    mut visit: impl FnMut(&Forced<'_>),
+) {
     let mut opts = TchRunnerOptions::new(model);
-    opts.dtype = DType::F32;
+    opts.dtype = dtype;
     opts.kv_budget = KvBudget::Tokens(items.iter().map(|x| x.ids.len() + 16).sum());
     let mut r = TchRunner::load(&opts).unwrap();
-    let mut agrees: Vec<Vec<bool>> = vec![Vec::new(); items.len()];
     let mut feed: Vec<StepItem> = items
         .iter()
         .enumerate()
@@ -91,19 +122,37 @@ pub fn top1_agrees(model: &Path, items: &[Item]) -> Vec<Vec<bool>> {
             items: live.iter().map(|&i| feed[i].clone()).collect(),
             entropy_items: vec![],
         };
-        let rows = r.forward(&batch).unwrap().logits_rows().unwrap();
-        for (&i, row) in live.iter().zip(&rows) {
-            let x = &items[i];
-            let want = x.ids[x.answer_from + j];
-            agrees[i].push(kernels::argmax(row) == Some(want));
+        let out = r.forward(&batch).unwrap();
+        visit(&Forced {
+            j,
+            live: &live,
+            out: &out,
+            embeddings: r.embeddings(),
+        });
+        for &i in &live {
             // Teacher forcing: the teacher's token goes in next.
+            let x = &items[i];
             feed[i] = StepItem {
                 rid: i as u64,
                 start: x.answer_from + j,
-                tokens: vec![want],
+                tokens: vec![x.ids[x.answer_from + j]],
             };
         }
     }
+}
+
+/// Per answer position of every item (in order): whether our engine's
+/// greedy top-1 for `model` (f32), fed the teacher's tokens before it,
+/// equals the teacher's token there.
+pub fn top1_agrees(model: &Path, items: &[Item]) -> Vec<Vec<bool>> {
+    let mut agrees: Vec<Vec<bool>> = vec![Vec::new(); items.len()];
+    teacher_forced(model, DType::F32, items, |step| {
+        let rows = step.out.logits_rows().unwrap();
+        for (&i, row) in step.live.iter().zip(&rows) {
+            let x = &items[i];
+            agrees[i].push(kernels::argmax(row) == Some(x.ids[x.answer_from + step.j]));
+        }
+    });
     agrees
 }
 

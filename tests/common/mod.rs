@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 pub mod assets;
 pub mod heldout;
+pub mod router_eval;
 
 pub use test_support::{cache_dir, model_dir, python};
 
