@@ -1,5 +1,5 @@
 //! The pair `make run` serves (config/default.yaml, built in): the healed
-//! 12-layer SmolLM2 exit and the full model under R-Stitch at τ = 0.15. Before healing
+//! 12-layer SmolLM2 exit and the full model under R-Stitch at τ = 0.1. Before healing
 //! the exit wrote near-nonsense and the default threshold handed every
 //! token to the large model; these tests hold the fix to what a user sees.
 
@@ -41,7 +41,7 @@ fn the_default_pair_is_the_healed_exit_and_the_full_model() {
     // R-Stitch's entropy switch at a fixed threshold: a live one (steered
     // by target_large_share) would make a seeded request's answer drift.
     assert_eq!(cfg.policy().name.to_string(), "RStitch");
-    assert_eq!(cfg.policy().kwargs["threshold"], 0.15);
+    assert_eq!(cfg.policy().kwargs["threshold"], 0.1);
     assert_eq!(cfg.target_large_share(), None);
 }
 

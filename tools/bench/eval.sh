@@ -32,11 +32,12 @@ ev() {
 # eval_run: as ev, for a result the page's accuracy table does not list.
 # REUSE=1 keeps a result an earlier pass of this command left in RAW (a pass
 # stopped part-way); the page says which and when they were written.
-reused=()
+# (A list in a file: the depth section runs in a subshell.)
+: >"$RAW/eval/reused.list"
 eval_run() {
   local file=$1 label=$2 config=$3; shift 3
   if [ "${REUSE:-0}" = 1 ] && [ -s "$RAW/eval/$file.json" ]; then
-    reused+=("$RAW/eval/$file.json")
+    echo "$RAW/eval/$file.json" >>"$RAW/eval/reused.list"
     echo "$label: reused $RAW/eval/$file.json"
     return
   fi
@@ -112,21 +113,36 @@ ratio() { python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(a/b if b el
 targets=(--verdict "$DEFAULT_LABEL accuracy / large-only|>=|$acc_min|$(ratio default large-only)"
          --verdict "$DEFAULT_LABEL everyday questions right / large-only's|>=|$everyday_min|$(ratio everyday-default everyday-large-only)"
          --verdict "$FAST_LABEL large share|<=|$share_max|$(share fast)")
-# What each served group costs and keeps, against large-only, on one line each.
-groups_note=$(python3 - "$RAW/eval" "$DEFAULT_LABEL" "$FAST_LABEL" <<'PY'
+# The exit-depth comparison (tools/bench/eval_depth.sh): its table is a note.
+source "$HERE/eval_depth.sh"
+depth_note=$(depth_section)
+# What each served group costs and keeps, against large-only, on one line
+# each. Speed is measured here, in this pass, the way the depth section
+# times its pairs: `tokenrouter bench` on each group and on large-only
+# (depth-large-only, run by the depth section above), N = 1 and 8.
+speed=(--dataset "$ROOT/data/eval/math30.jsonl" --concurrency 1,8 --num-prompts 10 --max-tokens 96 --warmup 1)
+bench_serve speed-default "$RAW/configs/default.yaml" "${speed[@]}" >&2
+bench_serve speed-fast "$RAW/configs/fast.yaml" "${speed[@]}" >&2
+groups_note=$(python3 - "$RAW" "$DEFAULT_LABEL" "$FAST_LABEL" <<'PY'
 import json, os, sys
-d, labels = sys.argv[1], {"default": sys.argv[2], "fast": sys.argv[3]}
+raw, labels = sys.argv[1], {"default": sys.argv[2], "fast": sys.argv[3]}
+d = os.path.join(raw, "eval")
 r = {k: json.load(open(os.path.join(d, f"{k}.json"))) for k in ("large-only", "default", "fast",
      "everyday-large-only", "everyday-default", "everyday-fast")}
+def tok_s(run, n):
+    rows = json.load(open(os.path.join(raw, run, "summary.json")))
+    return next(x["output_tok_s"] for x in rows if x["concurrency"] == n)
 acc = lambda x: x["correct"] / max(x["total"], 1)
 lo, elo = r["large-only"], r["everyday-large-only"]
-rows = ["**What `make run`'s two groups keep and cost** (against large-only on the same items; speed is this run's output tok/s at N concurrent requests, greedy):", "",
-        "| group | short-answer accuracy | / large-only | everyday questions right | / large-only | large share | output tok/s / large-only |", "|---|---|---|---|---|---|---|"]
-rows.append(f"| large-only | {lo['correct']}/{lo['total']} | 1.00 | {elo['correct']}/{elo['total']} | 1.00 | 1.000 | 1.00 |")
+base = {n: tok_s("depth-large-only", n) for n in (1, 8)}
+rows = ["**What `make run`'s two groups keep and cost** (against large-only on the same items, greedy; speed: output tok/s over large-only's at N = 1 and 8, `tokenrouter bench` on `data/eval/math30.jsonl`, 10 prompts, 96 tokens, one run each in this pass; large-only "
+        f"{base[1]:.1f} and {base[8]:.1f} tok/s):", "",
+        "| group | short-answer accuracy | / large-only | everyday questions right | / large-only | large share | tok/s / large-only, N=1 | N=8 |", "|---|---|---|---|---|---|---|---|"]
+rows.append(f"| large-only | {lo['correct']}/{lo['total']} | 1.00 | {elo['correct']}/{elo['total']} | 1.00 | 1.000 | 1.00 | 1.00 |")
 for k in ("default", "fast"):
     g, e = r[k], r[f"everyday-{k}"]
     rows.append(f"| `{k}`: {labels[k]} | {g['correct']}/{g['total']} | {acc(g) / acc(lo):.2f} | {e['correct']}/{e['total']} | "
-                f"{acc(e) / acc(elo):.2f} | {g['large_share'] or 0:.3f} | {(g['output_tok_s'] or 0) / (lo['output_tok_s'] or 1):.2f} |")
+                f"{acc(e) / acc(elo):.2f} | {g['large_share'] or 0:.3f} | {tok_s('speed-' + k, 1) / base[1]:.2f} | {tok_s('speed-' + k, 8) / base[8]:.2f} |")
 print("\n".join(rows))
 PY
 )
@@ -143,17 +159,15 @@ caught = near["recall"] * d
 print(f"Why the default group's accuracy is bounded: on held-out answer tokens (teacher forcing, the router's training.json) the healed exit's top-1 token differs from the full model's at {d:.1%} of positions. A large share s can rewrite at most s of the positions, so at s = 0.40 even a perfect divergence router leaves at least {max(d - 0.4, 0):.1%} of positions written by a small model that disagrees with the large one, and one wrong digit makes a short answer wrong. The trained router at its held-out share {near['large_share']:.3f} has recall {near['recall']:.3f} and precision {near['precision']:.3f}: of every 100 positions it rewrites {100 * caught:.1f} of the {100 * d:.1f} that diverge and leaves {100 * (d - caught):.1f} to the small model (AUC {t['held_out_auc']:.3f}). Teacher forcing flatters both: in free generation one uncaught divergence moves every later token.")
 PY
 )
-# The exit-depth comparison (tools/bench/eval_depth.sh): its table is a note.
-source "$HERE/eval_depth.sh"
-depth_note=$(depth_section)
 reuse_note=()
-if [ ${#reused[@]} -gt 0 ]; then
-  reuse_note=(--note "$(python3 - "${reused[@]}" <<'PY'
+if [ -s "$RAW/eval/reused.list" ]; then
+  reuse_note=(--note "$(python3 - "$RAW/eval/reused.list" <<'PY'
 import datetime, os, sys
-t = sorted(os.path.getmtime(f) for f in sys.argv[1:])
+files = open(sys.argv[1]).read().split()
+t = sorted(os.path.getmtime(f) for f in files)
 fmt = lambda x: datetime.datetime.fromtimestamp(x, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-names = ", ".join(os.path.basename(f)[:-5] for f in sys.argv[1:])
-print(f"**Two passes.** {len(t)} results come from an earlier pass of this command that stopped part-way (REUSE=1 kept them; written {fmt(t[0])} to {fmt(t[-1])}): {names}. The rest, and this page, come from the pass stamped above.")
+names = ", ".join(os.path.basename(f)[:-5] for f in files)
+print(f"**Results from an earlier pass.** {len(t)} accuracy results come from an earlier pass of this command that stopped part-way (REUSE=1 kept them; written {fmt(t[0])} to {fmt(t[-1])}, by the same engine code): {names}. Every speed figure, the rest of the results, and this page come from the pass stamped above.")
 PY
 )")
 fi
