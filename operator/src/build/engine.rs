@@ -205,8 +205,18 @@ fn gateway_section(trd: &TokenRouterDeployment) -> Value {
         "groups_file".into(),
         json!(format!("{}/{}", names::GROUPS_DIR, names::GROUPS_KEY)),
     );
-    // The gateway pod mounts no model volume: its tokenizer comes from a group.
-    out.insert("text_side".into(), json!("backend"));
+    // The gateway pod mounts no model volume: its tokenizer comes from a
+    // group. An entry without weights (a sim model) has none to serve: the
+    // gateway then takes token-id prompts only, as it always did.
+    let entry_has_files = trd
+        .spec
+        .models
+        .iter()
+        .find(|m| m.entry)
+        .and_then(model_path)
+        .is_some();
+    let text_side = if entry_has_files { "backend" } else { "local" };
+    out.insert("text_side".into(), json!(text_side));
     Value::Object(out)
 }
 

@@ -207,8 +207,17 @@ mod tests {
             mounts.iter().all(|p| !p.starts_with("/models")),
             "{mounts:?}"
         );
-        // ... because its config tells it to get the tokenizer from a group.
-        let cfg = crate::build::engine::render(&trd, "ai", None, &Default::default());
-        assert_eq!(cfg["gateway"]["text_side"], "backend");
+        // ... because its config tells it to get the tokenizer from a group,
+        // unless the entry has no files to serve (a sim model).
+        let text_side = |trd: &TokenRouterDeployment| {
+            let cfg = crate::build::engine::render(trd, "ai", None, &Default::default());
+            cfg["gateway"]["text_side"].clone()
+        };
+        assert_eq!(text_side(&trd), "backend");
+        let mut sim = trd;
+        for m in &mut sim.spec.models {
+            m.source = None;
+        }
+        assert_eq!(text_side(&sim), "local");
     }
 }
