@@ -1,6 +1,8 @@
 //! The operator against a real API server (the k8s test kit, or any cluster
 //! in `KUBECONFIG`): missing Secrets and PVCs become `Degraded` conditions
-//! and Events that clear when the objects appear, an edit rolls the
+//! and Events that clear when the objects appear (a claim that exists but
+//! is not Bound is shown with its Event's reason, without holding the
+//! apply back, and clears once Bound), an edit rolls the
 //! serving StatefulSets group by group (the test plays the StatefulSet
 //! controller by writing their `status`), and the autoscaler follows the load
 //! it reads from the gateway Service's EndpointSlice (the test plays the
@@ -13,7 +15,7 @@ mod k8s_support;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, PersistentVolumeClaim, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::ByteString;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -88,7 +90,7 @@ async fn wait_degraded(client: &Client, ns: &str, name: &str, reason: &str) -> S
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn missing_secret_and_pvc_are_conditions_that_clear() {
+async fn missing_secret_and_pvc_and_an_unbound_pvc_are_conditions_that_clear() {
     let Some(client) = client().await else { return };
     install_crd(&client).await;
     let ns = namespace(&client, "trd-refs").await;
@@ -165,7 +167,10 @@ async fn missing_secret_and_pvc_are_conditions_that_clear() {
         "{message}"
     );
 
-    // The claim appears: the condition clears and the objects are applied.
+    // The claim appears but does not bind (the test plays the volume
+    // controller, which says why in an Event): the objects are applied all
+    // the same (pods may be what it waits for) and the condition names the
+    // claim, its phase, its model and the Event's reason.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
     let claim: PersistentVolumeClaim = serde_json::from_value(json!({
         "metadata": {"name": "weights"},
@@ -173,6 +178,39 @@ async fn missing_secret_and_pvc_are_conditions_that_clear() {
     }))
     .unwrap();
     claims.create(&PostParams::default(), &claim).await.unwrap();
+    let claim_events: Api<CoreEvent> = Api::namespaced(client.clone(), &ns);
+    let failed: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "weights.provisioning"},
+        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "weights", "namespace": ns},
+        "type": "Warning", "reason": "ProvisioningFailed",
+        "message": "storageclass.storage.k8s.io \"fast\" not found",
+        "lastTimestamp": "2026-01-01T00:00:00Z"
+    }))
+    .unwrap();
+    claim_events
+        .create(&PostParams::default(), &failed)
+        .await
+        .unwrap();
+    let message = wait_degraded(&client, &ns, "refs", "PVCNotBound").await;
+    assert_eq!(
+        message,
+        "PersistentVolumeClaim weights (source of model big) is Pending, not Bound \
+         (ProvisioningFailed: storageclass.storage.k8s.io \"fast\" not found)"
+    );
+    wait_for("the serving StatefulSets", vec![changes(&sets)], || async {
+        (sets.list(&ListParams::default()).await.ok()?.items.len() == 2).then_some(())
+    })
+    .await;
+
+    // It binds: the condition clears.
+    claims
+        .patch_status(
+            "weights",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound"}})),
+        )
+        .await
+        .unwrap();
     wait_for(
         "Degraded=False",
         vec![changes(&trds(&client, &ns))],
@@ -181,10 +219,6 @@ async fn missing_secret_and_pvc_are_conditions_that_clear() {
             (status == "False" && reason == "AsExpected").then_some(())
         },
     )
-    .await;
-    wait_for("the serving StatefulSets", vec![changes(&sets)], || async {
-        (sets.list(&ListParams::default()).await.ok()?.items.len() == 2).then_some(())
-    })
     .await;
 }
 

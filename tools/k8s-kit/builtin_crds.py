@@ -62,10 +62,33 @@ BUILTIN = {
 }
 
 
+# Field selectors beyond metadata.name/namespace, as kube-apiserver serves them for these kinds: a CRD
+# selects only on the fields it declares (`selectableFields`), each typed in its schema. The operator
+# lists the Events about one PersistentVolumeClaim (involvedObject.kind and .name). At most 8 a kind.
+SELECTABLE = {
+    ("v1", "events"): ["involvedObject.kind", "involvedObject.name", "involvedObject.namespace",
+                       "involvedObject.uid", "reason", "type"],
+}
+
+
+def open_schema(selectable):
+    """An open object schema in which each dotted path of `selectable` is a typed string."""
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    for path in selectable:
+        node = schema
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault("properties", {}).setdefault(
+                p, {"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+        node.setdefault("properties", {})[leaf] = {"type": "string"}
+    return schema
+
+
 def standin(group_version, kind, plural, short, flags, now):
     """The CRD object for one built-in kind, already Established (nothing else would mark it)."""
     group, _, version = group_version.rpartition("/")
     flags = flags.split()
+    selectable = SELECTABLE.get((group_version, plural), [])
     names = {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": kind + "List"}
     if short:
         names["shortNames"] = short
@@ -88,10 +111,10 @@ def standin(group_version, kind, plural, short, flags, now):
             "group": group,
             "scope": "Namespaced" if "ns" in flags else "Cluster",
             "names": names,
-            "versions": [{
+            "versions": [dict({
                 "name": version, "served": True, "storage": True, "subresources": subresources,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-            }],
+                "schema": {"openAPIV3Schema": open_schema(selectable)},
+            }, **({"selectableFields": [{"jsonPath": "." + f} for f in selectable]} if selectable else {}))],
         },
         "status": {"acceptedNames": names, "storedVersions": [version], "conditions": conditions},
     }
