@@ -53,16 +53,20 @@ impl GatewayServer {
         let routes = crate::routes::routes(gateway.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let open = Arc::new(OpenConnections::default());
-        let incoming = tokio_stream_listener(listener, open.clone());
+        let incoming = tokio_stream_listener(listener);
         // hyper directly (warp's `serve` has no header timeout): the
         // header timer runs from the first byte a request is awaited on.
         let service = warp::service(routes);
         let gw = gateway.clone();
+        let conns = open.clone();
         let make = hyper::service::make_service_fn(move |_| {
             let service = service.clone();
             let gw = gw.clone();
+            // Dropped with the connection's service, when it closes.
+            let guard = conns.opened();
             async move {
                 Ok::<_, std::convert::Infallible>(hyper::service::service_fn(move |req| {
+                    let _open = &guard;
                     let mut service = service.clone();
                     let gw = gw.clone();
                     async move {
@@ -181,16 +185,14 @@ impl Drop for GatewayServer {
 /// small SSE frames leave at once).
 fn tokio_stream_listener(
     listener: tokio::net::TcpListener,
-    open: Arc<OpenConnections>,
-) -> impl futures_util::Stream<Item = Result<crate::conn::CountedStream, std::io::Error>> + Send {
+) -> impl futures_util::Stream<Item = Result<tokio::net::TcpStream, std::io::Error>> + Send {
     futures_util::stream::unfold(listener, move |listener| {
-        let open = open.clone();
         async move {
             loop {
                 match listener.accept().await {
                     Ok((stream, _)) => {
                         let _ = stream.set_nodelay(true);
-                        return Some((Ok(open.track(stream)), listener));
+                        return Some((Ok(stream), listener));
                     }
                     Err(e) => {
                         // Out of descriptors and the like: wait and retry.
