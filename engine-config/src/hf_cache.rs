@@ -266,9 +266,13 @@ mod tests {
             resolve_model_dir("Qwen/Qwen3-32B", tmp.path(), &env).unwrap(),
             Some(local)
         );
-        // Not Hub-shaped and absent: left to the caller.
+        // Not Hub-shaped and absent: left to the caller. Relative to a
+        // folder inside the temporary one, so that `../a` is absent too
+        // (next to the temporary folder, in /tmp, it may exist).
+        let base = tmp.path().join("config");
+        std::fs::create_dir_all(&base).unwrap();
         for text in ["models/a/b", "/abs/x", "./a/b", "a", "../a"] {
-            assert_eq!(resolve_model_dir(text, tmp.path(), &env).unwrap(), None);
+            assert_eq!(resolve_model_dir(text, &base, &env).unwrap(), None);
         }
         assert_eq!(resolve_file("a/b", tmp.path(), &env).unwrap(), None);
     }

@@ -252,7 +252,7 @@ mod tests {
         // R-Stitch at a fixed τ: no online steering, so seeds replay.
         assert_eq!(
             c.policy().kwargs.get("threshold"),
-            Some(&serde_json::json!(0.15))
+            Some(&serde_json::json!(0.1))
         );
         assert_eq!(c.target_large_share(), None);
         assert_eq!(c.backend(), Backend::Tch);
