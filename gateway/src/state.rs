@@ -95,6 +95,12 @@ pub struct Gateway {
 }
 
 impl Gateway {
+    /// The group whose text side is still pending (`gateway.text_side:
+    /// backend`, not yet loaded from a group), if any.
+    pub fn pending_text(&self) -> Option<&Served> {
+        self.served.iter().find(|s| !s.text.is_loaded())
+    }
+
     /// A gateway serving one routed group, with no replicas yet (see
     /// [`Pool::set_backends`] on [`Self::primary`]'s pool).
     pub fn new(

@@ -17,6 +17,25 @@ use crate::routes::{authorize, count, fail};
 use crate::state::Gateway;
 use crate::validate::{self, Prepared};
 
+/// A generation request while the text side is pending: the 503 (counted)
+/// that says why, or `None` to go on. With no group listed (scaled to zero)
+/// the request first waits, counted as waiting, for a group and then for
+/// the text side, within `gateway.group_wait_ms`, as it would for a group.
+async fn text_gate(gw: &Gateway, route: &str) -> Option<Response> {
+    let pending = gw.pending_text()?;
+    let wait = gw.options.group_wait;
+    if pending.pool.groups().is_empty() && !wait.is_zero() && !gw.shutdown.draining() {
+        let start = Instant::now();
+        if pending.pool.pick_or_wait(wait).await.is_some() {
+            pending
+                .text
+                .wait_loaded(wait.saturating_sub(start.elapsed()))
+                .await;
+        }
+    }
+    pending.text.not_loaded().map(|e| fail(gw, route, e))
+}
+
 /// Handles one generation request.
 pub async fn handle(
     gw: Arc<Gateway>,
@@ -30,6 +49,9 @@ pub async fn handle(
         Endpoint::Completions => "/v1/completions",
     };
     if let Some(resp) = authorize(&gw, route, &headers) {
+        return resp;
+    }
+    if let Some(resp) = text_gate(&gw, route).await {
         return resp;
     }
     if gw.shutdown.draining() {

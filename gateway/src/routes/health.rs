@@ -20,8 +20,27 @@ pub fn live() -> Response {
     json_response(StatusCode::OK, &json!({"status": "ok"}))
 }
 
+/// Readiness while the text side is pending and groups are listed: 503
+/// with the reason (the gateway could not tokenize a request). With no
+/// group listed the usual rule holds (ready when scaled to zero), so the
+/// first request can still be the load that scales up.
+fn text_unready(gw: &Gateway) -> Option<Response> {
+    let pending = gw.pending_text()?;
+    if pending.pool.groups().is_empty() {
+        return None;
+    }
+    let reason = pending.text.not_loaded()?.to_string();
+    Some(json_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &json!({"status": "unavailable", "reason": reason}),
+    ))
+}
+
 /// Readiness.
 pub fn handle(gw: Arc<Gateway>) -> Response {
+    if let Some(unready) = text_unready(&gw) {
+        return unready;
+    }
     let groups = gw.all_replicas();
     let healthy = groups.iter().filter(|g| g.backend.healthy()).count();
     let scaled_to_zero = groups.is_empty() && !gw.options.group_wait.is_zero();

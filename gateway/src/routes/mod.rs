@@ -47,10 +47,6 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(warp::header::headers_cloned())
         .and(body)
         .then(|gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
-            let route = "/v1/chat/completions";
-            if let Some(refused) = text_gate(&gw, route, &h).await {
-                return refused;
-            }
             completions::handle(gw, crate::openai::Endpoint::Chat, h, b).await
         });
     let completions = warp::path!("v1" / "completions")
@@ -59,9 +55,6 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .and(warp::header::headers_cloned())
         .and(body)
         .then(|gw: Arc<Gateway>, h: HeaderMap, b: Bytes| async move {
-            if let Some(refused) = text_gate(&gw, "/v1/completions", &h).await {
-                return refused;
-            }
             completions::handle(gw, crate::openai::Endpoint::Completions, h, b).await
         });
     let models = warp::path!("v1" / "models")
@@ -82,7 +75,7 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
     let health = warp::path!("health")
         .and(warp::get())
         .and(with_gw.clone())
-        .map(|gw: Arc<Gateway>| text_unready(&gw).unwrap_or_else(|| health::handle(gw)));
+        .map(health::handle);
     let livez = warp::path!("livez").and(warp::get()).map(health::live);
     let metrics = warp::path!("metrics")
         .and(warp::get())
@@ -112,50 +105,6 @@ pub fn routes(gw: Arc<Gateway>) -> warp::filters::BoxedFilter<(Response,)> {
         .recover(move |r| recover(recover_gw.clone(), r))
         .unify()
         .boxed()
-}
-
-/// The group whose text side is still pending (`gateway.text_side:
-/// backend`, not yet loaded from a group), if any.
-fn pending_text(gw: &Gateway) -> Option<&crate::state::Served> {
-    gw.served.iter().find(|s| !s.text.is_loaded())
-}
-
-/// Readiness while the text side is pending and groups are listed: 503
-/// with the reason (the gateway could not tokenize a request). With no
-/// group listed the usual rule holds (ready when scaled to zero, see
-/// `health`), so the first request can still be the load that scales up.
-fn text_unready(gw: &Gateway) -> Option<Response> {
-    let pending = pending_text(gw)?;
-    if pending.pool.groups().is_empty() {
-        return None;
-    }
-    let reason = pending.text.not_loaded()?.to_string();
-    Some(crate::error::json_response(
-        warp::http::StatusCode::SERVICE_UNAVAILABLE,
-        &serde_json::json!({"status": "unavailable", "reason": reason}),
-    ))
-}
-
-/// A generation request while the text side is pending: the 503 (counted)
-/// that says why, or `None` to go on. With no group listed (scaled to zero)
-/// the request first waits, counted as waiting, for a group and then for
-/// the text side, within `gateway.group_wait_ms`, as it would for a group.
-async fn text_gate(gw: &Gateway, route: &str, headers: &HeaderMap) -> Option<Response> {
-    let pending = pending_text(gw)?;
-    if let Some(resp) = authorize(gw, route, headers) {
-        return Some(resp);
-    }
-    let wait = gw.options.group_wait;
-    if pending.pool.groups().is_empty() && !wait.is_zero() && !gw.shutdown.draining() {
-        let start = std::time::Instant::now();
-        if pending.pool.pick_or_wait(wait).await.is_some() {
-            pending
-                .text
-                .wait_loaded(wait.saturating_sub(start.elapsed()))
-                .await;
-        }
-    }
-    pending.text.not_loaded().map(|e| fail(gw, route, e))
 }
 
 /// Checks the API key: `Some(401 response)` (counted) when it is wrong.
