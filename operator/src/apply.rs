@@ -431,7 +431,36 @@ async fn apply_all(
     let problem =
         monitor_problem.or(crate::pods::observe(&ctx.client, ns, &names::instance(trd)).await);
 
-    if current.is_some_and(|c| c != plan.replicas) {
+    announce(
+        recorder,
+        trd,
+        ctx,
+        status,
+        (current, plan.replicas, decision.as_ref()),
+    )
+    .await;
+    fill_status(
+        trd,
+        status,
+        (&applied, &gateway),
+        desired,
+        problem.clone(),
+        thresholds,
+        load,
+    );
+    Ok(problem)
+}
+
+/// Events for a changed group count (`Scaled`) and a newly applied
+/// generation (`Applied`).
+async fn announce(
+    recorder: &Recorder,
+    trd: &TokenRouterDeployment,
+    ctx: &Context,
+    status: &mut TokenRouterDeploymentStatus,
+    (current, replicas, decision): (Option<i32>, i32, Option<&Decision>),
+) {
+    if current.is_some_and(|c| c != replicas) {
         ctx.metrics.scalings.inc();
         let why = decision
             .map(|d| format!(" ({:?})", d.reason))
@@ -441,7 +470,7 @@ async fn apply_all(
             trd,
             EventType::Normal,
             "Scaled",
-            format!("groups {} -> {}{why}", current.unwrap_or(0), plan.replicas),
+            format!("groups {} -> {replicas}{why}", current.unwrap_or(0)),
         )
         .await;
         status.last_scale_time = Some(now());
@@ -454,13 +483,25 @@ async fn apply_all(
             EventType::Normal,
             "Applied",
             format!(
-                "applied generation {}: {} groups",
+                "applied generation {}: {replicas} groups",
                 trd.metadata.generation.unwrap_or(0),
-                plan.replicas
             ),
         )
         .await;
     }
+}
+
+/// The status computed from the applied sets and gateway, with condition
+/// transition times carried from the old status.
+fn fill_status(
+    trd: &TokenRouterDeployment,
+    status: &mut TokenRouterDeploymentStatus,
+    (applied, gateway): (&[StatefulSet], &Deployment),
+    desired: i32,
+    problem: Option<(String, String)>,
+    thresholds: AppliedThresholds,
+    load: Option<u64>,
+) {
     let names: Vec<String> = names::serving_sets(trd);
     let sets: Vec<SetObservation> = applied
         .iter()
@@ -483,7 +524,7 @@ async fn apply_all(
         sets,
         gateway_ready: gw_status.ready_replicas.unwrap_or(0),
         gateway_replicas: trd.spec.gateway.replicas,
-        problem: problem.clone(),
+        problem,
     });
     let old = trd.status.clone().unwrap_or_default();
     status.conditions = status::carry_transitions(&old.conditions, computed.conditions);
@@ -492,5 +533,4 @@ async fn apply_all(
     status.models = computed.models;
     status.thresholds = (thresholds.source == ThresholdSource::Fixed).then_some(thresholds);
     status.observed_concurrency = load.and_then(|l| i64::try_from(l).ok());
-    Ok(problem)
 }

@@ -124,6 +124,19 @@ struct Tally {
     credit: Vec<f64>,
 }
 
+impl Tally {
+    fn zeroed(models: usize) -> Self {
+        Tally {
+            steps: vec![0.0; models],
+            batch_sum: vec![0.0; models],
+            busy_slots: vec![0.0; models],
+            waiting_area: vec![0.0; models],
+            credit: vec![0.0; models],
+            ..Tally::default()
+        }
+    }
+}
+
 /// Simulates `thresholds` and reports the measured rates.
 ///
 /// A deadlock met during the run is [`TunerError::Infeasible`], as in the exact solver.
@@ -140,129 +153,194 @@ pub fn simulate(
             reason: "needs at least one measured event and one batch".into(),
         });
     }
-    let models = inputs.models();
-    let n = inputs.concurrency();
-    let gap_of = |m: usize| options.gaps.get(m).unwrap_or(&GapDistribution::Geometric);
-    let mut rng = ChaCha8Rng::seed_from_u64(options.seed);
-    let mut gap_left = vec![0u32; n];
-    let mut queues: Vec<ModelQueue> = (0..models)
-        .map(|_| ModelQueue {
-            waiting: Vec::new(),
-            running: Vec::new(),
-            ends_at: None,
-            started_at: 0,
-        })
-        .collect();
-    let entry = inputs.entry_model();
-    for request in 0..n as u32 {
-        if let GapDistribution::Empirical(samples) = gap_of(entry) {
-            gap_left[request as usize] = samples[rng.random_range(0..samples.len())];
-        }
-        queues[entry].waiting.push(request);
-    }
-    let start_idle = |queues: &mut [ModelQueue], now: u64| {
-        for (m, q) in queues.iter_mut().enumerate() {
-            if q.ends_at.is_none() && q.waiting.len() >= thresholds[m] {
-                std::mem::swap(&mut q.waiting, &mut q.running);
-                q.ends_at = Some(now + u64::from(inputs.slots(m, q.running.len())));
-                q.started_at = now;
-            }
-        }
-    };
-    start_idle(&mut queues, 0);
-
-    let empty = Tally {
-        steps: vec![0.0; models],
-        batch_sum: vec![0.0; models],
-        busy_slots: vec![0.0; models],
-        waiting_area: vec![0.0; models],
-        credit: vec![0.0; models],
-        ..Tally::default()
-    };
+    let mut run = Run::new(inputs, thresholds, options);
+    let empty = Tally::zeroed(inputs.models());
     let total_events = options.warmup_events + options.events;
     let per_batch = options.events.div_ceil(options.batches as u64);
     let mut window = empty.clone();
     let mut batch = empty.clone();
     let mut batch_rates: Vec<f64> = Vec::new();
-    let (mut now, mut window_start, mut batch_start) = (0u64, 0u64, 0u64);
-    let mut arrivals: Vec<(usize, u32)> = Vec::new();
+    let (mut window_start, mut batch_start) = (0u64, 0u64);
     for event in 0..total_events {
-        let Some(next) = queues.iter().filter_map(|q| q.ends_at).min() else {
-            let witness: Vec<String> = queues
-                .iter()
-                .enumerate()
-                .map(|(m, q)| format!("{}: waiting {}, idle", inputs.names()[m], q.waiting.len()))
-                .collect();
-            return Err(TunerError::Infeasible {
-                thresholds: thresholds.to_vec(),
-                concurrency: n,
-                witness: format!("[{}]", witness.join("; ")),
-            });
-        };
+        let next = run.next_completion()?;
         if event == options.warmup_events {
-            window_start = now;
-            batch_start = now;
+            window_start = run.now;
+            batch_start = run.now;
         }
         let measuring = event >= options.warmup_events;
         if measuring {
-            let span = (next - now) as f64;
-            for (m, q) in queues.iter().enumerate() {
-                batch.waiting_area[m] += span * q.waiting.len() as f64;
-                if q.ends_at.is_some() {
-                    batch.busy_slots[m] += span;
-                }
-            }
+            run.accrue_waiting(&mut batch, next);
         }
-        now = next;
-        arrivals.clear();
-        for (m, q) in queues.iter_mut().enumerate() {
-            if q.ends_at != Some(now) {
-                continue;
-            }
-            q.ends_at = None;
-            if measuring {
-                batch.steps[m] += 1.0;
-                batch.batch_sum[m] += q.running.len() as f64;
-            }
-            for request in q.running.drain(..) {
-                let to = next_model(
-                    inputs,
-                    gap_of(m),
-                    m,
-                    &mut gap_left[request as usize],
-                    &mut rng,
-                );
-                if measuring {
-                    let c = inputs.credit()[m][to];
-                    batch.tokens += c;
-                    batch.credit[m] += c;
-                }
-                arrivals.push((to, request));
-            }
-        }
-        for &(to, request) in &arrivals {
-            if let GapDistribution::Empirical(samples) = gap_of(to) {
-                if gap_left[request as usize] == 0 {
-                    gap_left[request as usize] = samples[rng.random_range(0..samples.len())];
-                }
-            }
-            queues[to].waiting.push(request);
-        }
-        start_idle(&mut queues, now);
+        run.now = next;
+        run.complete_steps(measuring.then_some(&mut batch));
+        run.start_idle();
         if measuring
             && ((event - options.warmup_events + 1).is_multiple_of(per_batch)
                 || event + 1 == total_events)
         {
-            let span = (now - batch_start) as f64;
+            let span = (run.now - batch_start) as f64;
             if span > 0.0 {
                 batch_rates.push(batch.tokens / span);
             }
             merge(&mut window, &batch);
             batch = empty.clone();
-            batch_start = now;
+            batch_start = run.now;
         }
     }
-    let slots = (now - window_start) as f64;
+    Ok(report(
+        inputs,
+        thresholds,
+        options,
+        &window,
+        (run.now - window_start) as f64,
+        &batch_rates,
+    ))
+}
+
+/// The simulated system between events: queues, clock, per-request gaps.
+struct Run<'a> {
+    inputs: &'a TunerInputs,
+    thresholds: &'a [usize],
+    options: &'a SimulationOptions,
+    rng: ChaCha8Rng,
+    gap_left: Vec<u32>,
+    queues: Vec<ModelQueue>,
+    arrivals: Vec<(usize, u32)>,
+    now: u64,
+}
+
+impl<'a> Run<'a> {
+    /// Every request waits at the entry model; models at their threshold start.
+    fn new(
+        inputs: &'a TunerInputs,
+        thresholds: &'a [usize],
+        options: &'a SimulationOptions,
+    ) -> Self {
+        let mut run = Run {
+            inputs,
+            thresholds,
+            options,
+            rng: ChaCha8Rng::seed_from_u64(options.seed),
+            gap_left: vec![0u32; inputs.concurrency()],
+            queues: (0..inputs.models())
+                .map(|_| ModelQueue {
+                    waiting: Vec::new(),
+                    running: Vec::new(),
+                    ends_at: None,
+                    started_at: 0,
+                })
+                .collect(),
+            arrivals: Vec::new(),
+            now: 0,
+        };
+        let entry = inputs.entry_model();
+        for request in 0..inputs.concurrency() as u32 {
+            if let GapDistribution::Empirical(samples) = gap_of(options, entry) {
+                run.gap_left[request as usize] = samples[run.rng.random_range(0..samples.len())];
+            }
+            run.queues[entry].waiting.push(request);
+        }
+        run.start_idle();
+        run
+    }
+
+    /// Idle models whose waiting count reached their threshold start a step now.
+    fn start_idle(&mut self) {
+        for (m, q) in self.queues.iter_mut().enumerate() {
+            if q.ends_at.is_none() && q.waiting.len() >= self.thresholds[m] {
+                std::mem::swap(&mut q.waiting, &mut q.running);
+                q.ends_at = Some(self.now + u64::from(self.inputs.slots(m, q.running.len())));
+                q.started_at = self.now;
+            }
+        }
+    }
+
+    /// The next step-completion time; none means nothing runs and nothing can start.
+    fn next_completion(&self) -> Result<u64, TunerError> {
+        if let Some(next) = self.queues.iter().filter_map(|q| q.ends_at).min() {
+            return Ok(next);
+        }
+        let witness: Vec<String> = self
+            .queues
+            .iter()
+            .enumerate()
+            .map(|(m, q)| {
+                format!(
+                    "{}: waiting {}, idle",
+                    self.inputs.names()[m],
+                    q.waiting.len()
+                )
+            })
+            .collect();
+        Err(TunerError::Infeasible {
+            thresholds: self.thresholds.to_vec(),
+            concurrency: self.inputs.concurrency(),
+            witness: format!("[{}]", witness.join("; ")),
+        })
+    }
+
+    /// Waiting area and busy slots from now until `next`.
+    fn accrue_waiting(&self, batch: &mut Tally, next: u64) {
+        let span = (next - self.now) as f64;
+        for (m, q) in self.queues.iter().enumerate() {
+            batch.waiting_area[m] += span * q.waiting.len() as f64;
+            if q.ends_at.is_some() {
+                batch.busy_slots[m] += span;
+            }
+        }
+    }
+
+    /// Ends the steps due now and routes their requests one by one (in model
+    /// order, then request order: the draws' order fixes the run for a seed).
+    fn complete_steps(&mut self, mut batch: Option<&mut Tally>) {
+        let (inputs, options) = (self.inputs, self.options);
+        self.arrivals.clear();
+        for (m, q) in self.queues.iter_mut().enumerate() {
+            if q.ends_at != Some(self.now) {
+                continue;
+            }
+            q.ends_at = None;
+            if let Some(batch) = batch.as_deref_mut() {
+                batch.steps[m] += 1.0;
+                batch.batch_sum[m] += q.running.len() as f64;
+            }
+            for request in q.running.drain(..) {
+                let gap_left = &mut self.gap_left[request as usize];
+                let to = next_model(inputs, gap_of(options, m), m, gap_left, &mut self.rng);
+                if let Some(batch) = batch.as_deref_mut() {
+                    let c = inputs.credit()[m][to];
+                    batch.tokens += c;
+                    batch.credit[m] += c;
+                }
+                self.arrivals.push((to, request));
+            }
+        }
+        for &(to, request) in &self.arrivals {
+            if let GapDistribution::Empirical(samples) = gap_of(options, to) {
+                if self.gap_left[request as usize] == 0 {
+                    self.gap_left[request as usize] =
+                        samples[self.rng.random_range(0..samples.len())];
+                }
+            }
+            self.queues[to].waiting.push(request);
+        }
+    }
+}
+
+/// Model `m`'s gap distribution (geometric where none is given).
+fn gap_of(options: &SimulationOptions, m: usize) -> &GapDistribution {
+    options.gaps.get(m).unwrap_or(&GapDistribution::Geometric)
+}
+
+/// The measured window's rates, and the batch-means 95% interval.
+fn report(
+    inputs: &TunerInputs,
+    thresholds: &[usize],
+    options: &SimulationOptions,
+    window: &Tally,
+    slots: f64,
+    batch_rates: &[f64],
+) -> SimulationReport {
     let per_second = 1000.0 / inputs.delta_ms();
     let mean_rate = window.tokens / slots;
     let k = batch_rates.len() as f64;
@@ -276,7 +354,7 @@ pub fn simulate(
     } else {
         f64::INFINITY
     };
-    let model_reports = (0..models)
+    let models = (0..inputs.models())
         .map(|m| ModelPrediction {
             name: inputs.names()[m].clone(),
             step_rate_per_s: window.steps[m] / slots * per_second,
@@ -290,15 +368,15 @@ pub fn simulate(
             tokens_per_s: window.credit[m] / slots * per_second,
         })
         .collect();
-    Ok(SimulationReport {
-        concurrency: n,
+    SimulationReport {
+        concurrency: inputs.concurrency(),
         thresholds: thresholds.to_vec(),
         throughput_tok_s: mean_rate * per_second,
         ci95_tok_s: ci * per_second,
-        models: model_reports,
+        models,
         events: options.events,
         simulated_s: slots * inputs.delta_ms() / 1000.0,
-    })
+    }
 }
 
 fn merge(into: &mut Tally, from: &Tally) {
