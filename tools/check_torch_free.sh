@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fails when a crate that must not link libtorch does: the protocol, text
-# and config crates, the tuner, the CRDs, the operator, the load generator,
-# and the gateway built without its `inproc` feature (the gateway pod).
+# and config crates, model-files (without its `tch` feature), the tuner,
+# the CRDs, the operator, the load generator, and the gateway built
+# without its `inproc` feature (the gateway pod).
 # Reads the resolved dependency graph (`cargo tree`), compiles nothing.
 set -euo pipefail
 status=0
@@ -17,7 +18,7 @@ check() {
         echo "check_torch_free: $what: no libtorch"
     fi
 }
-for crate in protocol textio engine-config tuner crds operator loadgen logging; do
+for crate in protocol textio engine-config model-files tuner crds operator loadgen logging; do
     check "$crate" -p "$crate"
 done
 check "gateway --no-default-features" -p gateway --no-default-features

@@ -54,7 +54,7 @@ pub enum EngineError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     /// Model asset conversion failure.
     #[error(transparent)]
-    Asset(#[from] crate::asset_error::AssetError),
+    Asset(#[from] model_files::AssetError),
     /// libtorch raised.
     #[error("torch: {0}")]
     Torch(#[from] tch::TchError),
@@ -78,6 +78,28 @@ pub enum EngineError {
     /// A tensor could not be lent to a host kernel.
     #[error(transparent)]
     HostTensor(#[from] crate::host_tensor::HostTensorError),
+}
+
+impl From<model_files::LoadError> for EngineError {
+    /// Each variant into the engine's variant of the same name (they render alike).
+    fn from(e: model_files::LoadError) -> Self {
+        use model_files::LoadError as L;
+        match e {
+            L::Io { path, source } => Self::Io { path, source },
+            L::InvalidModel { path, reason } => Self::InvalidModel { path, reason },
+            L::MissingTensor { name, path } => Self::MissingTensor { name, path },
+            L::ShapeMismatch {
+                name,
+                expected,
+                got,
+            } => Self::ShapeMismatch {
+                name,
+                expected,
+                got,
+            },
+            L::Torch(e) => Self::Torch(e),
+        }
+    }
 }
 
 impl EngineError {

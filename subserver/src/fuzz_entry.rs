@@ -7,10 +7,10 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::assets::checkpoint_reader::Checkpoint;
-use crate::assets::gguf::GgufFile;
 use crate::config::EngineConfig;
 use crate::peer::codec::{decode_msg, encode_msg, read_frame, Handshake};
+use model_files::checkpoint_reader::Checkpoint;
+use model_files::gguf::GgufFile;
 
 /// Largest tensor (in elements) the checkpoint entry points read back; the
 /// readers bound sizes by the file, this only keeps one run short.

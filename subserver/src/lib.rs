@@ -2,8 +2,13 @@
 //! import), the decoder architectures, the paged KV cache with its radix
 //! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
 
-pub mod asset_error;
-pub mod assets;
+/// Model files: GGUF, safetensors, HF folders, random presets (crate
+/// `model-files`, torch-free without its `tch` feature; re-exported so
+/// `subserver::assets::...` paths stay).
+pub use model_files as assets;
+/// The asset error (crate `model-files`; re-exported so
+/// `subserver::asset_error::...` paths stay).
+pub use model_files::error as asset_error;
 pub mod bench;
 /// The engine config (crate `engine-config`, torch-free; re-exported so
 /// `subserver::config::...` paths stay).

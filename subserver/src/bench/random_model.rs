@@ -6,12 +6,12 @@ use std::time::Instant;
 use crate::bench::random_init::random_weights;
 use crate::config::{DType, DeviceSpec};
 use crate::error::EngineError;
-use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::dir::ModelDir;
 use crate::runner::memory::KvBudget;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
 use crate::runner::{ModelRunner, StepBatch, StepItem};
+use model_files::hf_config::ModelConfig;
 
 const BATCH: usize = 8;
 const PROMPT: usize = 128;
@@ -82,7 +82,7 @@ pub fn build_and_time(
         next = rows.iter().map(|r| argmax(r)).collect();
     }
     let decode = t2.elapsed().as_secs_f64();
-    let parameters = crate::assets::tensor_specs(cfg)
+    let parameters = model_files::tensor_specs(cfg)
         .iter()
         .map(|s| s.shape.iter().product::<usize>())
         .sum();

@@ -11,9 +11,6 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::assets::dtype::StorageDtype;
-use crate::assets::random::Preset;
-use crate::assets::AssetError;
 use crate::bench::forwarder::{self, ForwardRule, StdServers};
 use crate::bench::options::{answer_tokens, stagger, validate};
 pub use crate::bench::options::{BenchMode, SimBenchOptions, TchModels};
@@ -35,6 +32,9 @@ use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
+use model_files::dtype::StorageDtype;
+use model_files::random::Preset;
+use model_files::AssetError;
 
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use proptest::prelude::*;
 
 use super::*;
-use crate::assets::gguf::test_file::GgufBuilder;
 use crate::peer::message::{PeerMsg, PeerReq};
+use model_files::gguf::test_file::GgufBuilder;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -214,8 +214,8 @@ fn regenerate_seed_corpus() {
         );
     }
     // GGUF: a small llama-like file with metadata and f32/f16 tensors.
-    use crate::assets::gguf::GgmlType;
-    use crate::assets::gguf::MetadataValue;
+    use model_files::gguf::GgmlType;
+    use model_files::gguf::MetadataValue;
     let mut b = GgufBuilder::new(3);
     b.kv(
         "general.architecture",

@@ -25,7 +25,6 @@ use tracing::warn;
 
 use crate::error::EngineError;
 use crate::kv::storage::{KvStorage, StepContext};
-use crate::model::config::{Architecture, ModelConfig};
 use crate::model::elementwise::{Elementwise, QkvInputs};
 use crate::model::head::{residual_kind, to_kind, Head};
 use crate::model::layout::BatchLayout;
@@ -34,6 +33,7 @@ use crate::model::paged_cpu::{CpuAttention, PagedCpu};
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
 use crate::op_count::{op, ops_so_far};
+use model_files::hf_config::{Architecture, ModelConfig};
 
 struct Layer {
     /// In the residual dtype, like `post_norm`.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::EngineError;
-use crate::model::config::{ModelConfig, TokenIds};
+use model_files::hf_config::{ModelConfig, TokenIds};
 
 /// The files of one model directory.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! Model configuration, weights and decoder architectures.
 
-pub mod config;
+/// `config.json` (crate `model-files`).
+pub use model_files::hf_config as config;
 pub mod decoder;
 pub mod dir;
 pub mod elementwise;
@@ -10,4 +11,5 @@ pub mod linear;
 pub mod onednn;
 pub mod paged_cpu;
 pub mod rope;
-pub mod weights;
+/// Safetensors weights into tensors (crate `model-files`, feature `tch`).
+pub use model_files::weights;

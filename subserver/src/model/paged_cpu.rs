@@ -16,10 +16,10 @@ use tch::{Device, Kind, Tensor};
 use crate::error::EngineError;
 use crate::host_tensor::{host_slice, host_slice_mut, HostElem};
 use crate::kv::storage::KvStorage;
-use crate::model::config::ModelConfig;
 use crate::model::layout::BatchLayout;
 use crate::op_count::op;
 use crate::openmp::OpenMp;
+use model_files::hf_config::ModelConfig;
 
 /// Most new tokens of one item a step may have to take the paged path:
 /// decode (1) and the short catch-up prefills of a hand-over. Past this

@@ -8,8 +8,8 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::error::EngineError;
-use crate::model::config::ModelConfig;
 use crate::op_count::op;
+use model_files::hf_config::ModelConfig;
 
 /// Precomputed `[max_positions, 2, head_dim]` table: per position its
 /// cosines, then its sines with the first half negated.

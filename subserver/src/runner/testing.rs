@@ -10,12 +10,12 @@ use rand_distr::StandardNormal;
 use tch::{Device, Kind, Tensor};
 
 use crate::error::EngineError;
-use crate::model::config::ModelConfig;
 use crate::model::decoder::Decoder;
 use crate::model::dir::ModelDir;
 use crate::model::weights::Weights;
 use crate::runner::memory::KvBudget;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use model_files::hf_config::ModelConfig;
 
 /// A 2-layer Qwen3-style config (q/k norm, GQA 4:2) with a 97-token vocabulary.
 pub fn tiny_config() -> ModelConfig {

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::assets::tensor_specs;
 use crate::config::{Backend, DeviceSpec, EngineConfig, KvBudget, TransportConfig};
 use crate::device::cuda_mem_info;
 use crate::engine::EngineLimits;
@@ -22,6 +21,7 @@ use crate::runner::ModelRunner;
 use crate::scheduler::group::{GroupSettings, GroupTransport, MemberSpec};
 use crate::service::{tensor_parallel, ServiceError};
 use crate::tokenizer::TextTokenizer;
+use model_files::tensor_specs;
 
 /// KV tokens a simulated model gets when the config gives a memory fraction
 /// (a simulated model has no memory to take a fraction of).

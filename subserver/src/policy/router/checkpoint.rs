@@ -18,8 +18,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::pickle::Value;
 use super::torch_file::TorchFile;
-use crate::error::EngineError;
-use crate::model::weights::Weights;
+use model_files::weights::Weights;
+use model_files::LoadError;
 
 /// File with the metadata.
 pub const META_FILE: &str = "router.json";
@@ -47,7 +47,7 @@ pub enum RouterError {
     },
     /// A tensor is missing, of the wrong shape, or the file is unreadable.
     #[error("{0}")]
-    Weights(#[from] EngineError),
+    Weights(#[from] LoadError),
     /// The weights and `init_args` disagree, or describe something unsupported.
     #[error("{path}: {reason}")]
     Architecture {
@@ -60,7 +60,7 @@ pub enum RouterError {
 
 impl From<tch::TchError> for RouterError {
     fn from(e: tch::TchError) -> Self {
-        Self::Weights(EngineError::from(e))
+        Self::Weights(LoadError::Torch(e))
     }
 }
 
@@ -185,7 +185,7 @@ impl RouterCheckpoint {
     /// The shape of `name`, or an error naming the missing tensor.
     pub fn shape(&self, name: &str) -> Result<Vec<i64>, RouterError> {
         self.weights.shape(name).ok_or_else(|| {
-            RouterError::Weights(EngineError::MissingTensor {
+            RouterError::Weights(LoadError::MissingTensor {
                 name: name.to_string(),
                 path: self.dir.clone(),
             })

@@ -47,152 +47,22 @@ pub struct R2rNet {
 impl R2rNet {
     /// Builds the network from a converted checkpoint, checking every shape.
     pub fn load(ck: &mut RouterCheckpoint) -> Result<Self, RouterError> {
-        if let Some(t) = ck.meta.model_type.as_deref() {
-            if t != MODEL_TYPE {
-                return Err(ck.arch_error(format!(
-                    "model_type `{t}` is not supported (R2R routers: `{MODEL_TYPE}`)"
-                )));
-            }
-        }
-        if ck.has("backbone.position_embedding")
-            || ck.init_bool("use_position_embedding")? == Some(true)
-        {
-            return Err(ck.arch_error(
-                "use_position_embedding is not supported (the released routers do not use it)",
-            ));
-        }
-        let logits_projection = ck.linear("logits_projection")?;
-        let (hidden_size, top_k) = (
-            logits_projection.out_features(),
-            logits_projection.in_features(),
-        );
-        ck.check_init("hidden_states_size", hidden_size as usize)?;
-        ck.check_init("logits_size", top_k as usize)?;
-        let combined_projection = ck.linear("combined_projection")?;
-        let embed_size = combined_projection.in_features() - 2 * hidden_size;
-        if embed_size <= 0 {
-            return Err(ck.arch_error(format!(
-                "combined_projection takes {} inputs; expected 2 x {hidden_size} (hidden, \
-                 projected logits) plus the token embedding width",
-                combined_projection.in_features()
-            )));
-        }
-        let normalize = ck.has("layer_norm_hidden_states.weight");
-        if let Some(flag) = ck.init_bool("normalize_input")? {
-            if flag != normalize {
-                return Err(ck.arch_error(format!(
-                    "init_args.normalize_input is {flag} but the input LayerNorms are {}",
-                    if normalize { "present" } else { "absent" }
-                )));
-            }
-        }
-        let input_norms = if normalize {
-            Some((
-                ck.layer_norm("layer_norm_hidden_states", hidden_size)?,
-                ck.layer_norm("layer_norm_token", embed_size)?,
-            ))
-        } else {
-            None
-        };
-        let d0 = combined_projection.out_features();
-        let input_projection = ck.linear("backbone.input_projection")?;
-        if input_projection.in_features() != d0 {
-            return Err(ck.arch_error(format!(
-                "backbone.input_projection takes {} inputs, combined_projection gives {d0}",
-                input_projection.in_features()
-            )));
-        }
-        let mut width = input_projection.out_features();
-        let mut dims = vec![width as usize];
-        let mut blocks = Vec::new();
-        let mut expansion = None;
-        while ck.has(&format!(
-            "backbone.blocks.{}.layer_norm.weight",
-            blocks.len()
-        )) {
-            let p = format!("backbone.blocks.{}", blocks.len());
-            let norm = ck.layer_norm(&format!("{p}.layer_norm"), width)?;
-            let up = ck.linear(&format!("{p}.mlp.0"))?;
-            let down = ck.linear(&format!("{p}.mlp.3"))?;
-            if up.in_features() != width || down.in_features() != up.out_features() {
-                return Err(ck.arch_error(format!(
-                    "{p}.mlp: shapes [{}, {}] and [{}, {}] do not chain from width {width}",
-                    up.out_features(),
-                    up.in_features(),
-                    down.out_features(),
-                    down.in_features()
-                )));
-            }
-            let out = down.out_features();
-            let dim_change = if out != width {
-                let l = ck.linear(&format!("{p}.dim_change"))?;
-                if l.in_features() != width || l.out_features() != out {
-                    return Err(
-                        ck.arch_error(format!("{p}.dim_change does not map {width} to {out}"))
-                    );
-                }
-                Some(l)
-            } else {
-                None
-            };
-            let e = up.out_features() / width;
-            if e * width != up.out_features() || expansion.is_some_and(|x| x != e) {
-                return Err(ck.arch_error(format!("{p}.mlp.0: inconsistent expansion factor")));
-            }
-            expansion = Some(e);
-            blocks.push(Block {
-                norm,
-                up,
-                down,
-                dim_change,
-            });
-            width = out;
-            dims.push(width as usize);
-        }
-        if blocks.is_empty() {
-            return Err(ck.arch_error("no backbone.blocks.0 (is this an R2R router?)"));
-        }
-        if let Some(e) = expansion {
-            ck.check_init("expansion_factor", e as usize)?;
-        }
-        // Block i maps hidden_dims[i] to hidden_dims[i + 1], the last one to
-        // itself: the widths before each block are the recorded hidden_dims.
-        if let Some(recorded) = ck
-            .meta
-            .init_args
-            .get("hidden_dims")
-            .and_then(|v| v.as_array())
-        {
-            let recorded: Vec<usize> = recorded
-                .iter()
-                .filter_map(|v| v.as_u64())
-                .map(|v| v as usize)
-                .collect();
-            let from_weights = &dims[..dims.len() - 1];
-            if recorded != from_weights {
-                return Err(ck.arch_error(format!(
-                    "init_args.hidden_dims is {recorded:?} but the weights have {from_weights:?}"
-                )));
-            }
-        }
-        let output_norm = ck.layer_norm("backbone.output_layer.0", width)?;
-        let output = ck.linear("backbone.output_layer.1")?;
-        if output.in_features() != width || output.out_features() != 1 {
-            return Err(ck.arch_error(format!(
-                "backbone.output_layer.1 is [{}, {}], expected [1, {width}]",
-                output.out_features(),
-                output.in_features()
-            )));
-        }
+        check_supported(ck)?;
+        let inputs = load_inputs(ck)?;
+        let input_projection =
+            load_input_projection(ck, inputs.combined_projection.out_features())?;
+        let backbone = load_blocks(ck, input_projection.out_features())?;
+        check_hidden_dims(ck, &backbone.dims)?;
+        let (output_norm, output) = load_output(ck, backbone.width)?;
         Ok(Self {
-            hidden_size,
-            embed_size,
-            top_k,
-            input_norms,
-            logits_projection,
-            combined_projection,
+            hidden_size: inputs.hidden_size,
+            embed_size: inputs.embed_size,
+            top_k: inputs.top_k,
+            input_norms: inputs.input_norms,
+            logits_projection: inputs.logits_projection,
+            combined_projection: inputs.combined_projection,
             input_projection,
-            blocks,
+            blocks: backbone.blocks,
             output_norm,
             output,
         })
@@ -255,4 +125,210 @@ impl R2rNet {
         let out = self.output.forward(&self.output_norm.forward(&x)?)?;
         out.f_squeeze_dim(-1)?.f_sigmoid()
     }
+}
+
+/// The input side: the logits projection, the combined projection and the
+/// optional input LayerNorms, with the widths they fix.
+struct Inputs {
+    hidden_size: i64,
+    embed_size: i64,
+    top_k: i64,
+    input_norms: Option<(LayerNorm, LayerNorm)>,
+    logits_projection: Linear,
+    combined_projection: Linear,
+}
+
+/// The residual blocks, the widths before each block and after the last.
+struct Backbone {
+    blocks: Vec<Block>,
+    dims: Vec<usize>,
+    width: i64,
+}
+
+/// Refuses other classes and the position embedding the released routers
+/// do not use.
+fn check_supported(ck: &RouterCheckpoint) -> Result<(), RouterError> {
+    if let Some(t) = ck.meta.model_type.as_deref() {
+        if t != MODEL_TYPE {
+            return Err(ck.arch_error(format!(
+                "model_type `{t}` is not supported (R2R routers: `{MODEL_TYPE}`)"
+            )));
+        }
+    }
+    if ck.has("backbone.position_embedding")
+        || ck.init_bool("use_position_embedding")? == Some(true)
+    {
+        return Err(ck.arch_error(
+            "use_position_embedding is not supported (the released routers do not use it)",
+        ));
+    }
+    Ok(())
+}
+
+/// The logits and combined projections and the input LayerNorms; `H`, `k`
+/// and `E` are read off their shapes and checked against `init_args`.
+fn load_inputs(ck: &mut RouterCheckpoint) -> Result<Inputs, RouterError> {
+    let logits_projection = ck.linear("logits_projection")?;
+    let (hidden_size, top_k) = (
+        logits_projection.out_features(),
+        logits_projection.in_features(),
+    );
+    ck.check_init("hidden_states_size", hidden_size as usize)?;
+    ck.check_init("logits_size", top_k as usize)?;
+    let combined_projection = ck.linear("combined_projection")?;
+    let embed_size = combined_projection.in_features() - 2 * hidden_size;
+    if embed_size <= 0 {
+        return Err(ck.arch_error(format!(
+            "combined_projection takes {} inputs; expected 2 x {hidden_size} (hidden, \
+             projected logits) plus the token embedding width",
+            combined_projection.in_features()
+        )));
+    }
+    let normalize = ck.has("layer_norm_hidden_states.weight");
+    if let Some(flag) = ck.init_bool("normalize_input")? {
+        if flag != normalize {
+            return Err(ck.arch_error(format!(
+                "init_args.normalize_input is {flag} but the input LayerNorms are {}",
+                if normalize { "present" } else { "absent" }
+            )));
+        }
+    }
+    let input_norms = if normalize {
+        Some((
+            ck.layer_norm("layer_norm_hidden_states", hidden_size)?,
+            ck.layer_norm("layer_norm_token", embed_size)?,
+        ))
+    } else {
+        None
+    };
+    Ok(Inputs {
+        hidden_size,
+        embed_size,
+        top_k,
+        input_norms,
+        logits_projection,
+        combined_projection,
+    })
+}
+
+/// `backbone.input_projection`, which must take the combined projection's `d0`.
+fn load_input_projection(ck: &mut RouterCheckpoint, d0: i64) -> Result<Linear, RouterError> {
+    let input_projection = ck.linear("backbone.input_projection")?;
+    if input_projection.in_features() != d0 {
+        return Err(ck.arch_error(format!(
+            "backbone.input_projection takes {} inputs, combined_projection gives {d0}",
+            input_projection.in_features()
+        )));
+    }
+    Ok(input_projection)
+}
+
+/// Every `backbone.blocks.{i}` present, chained from `width`, with one
+/// expansion factor (checked against `init_args`).
+fn load_blocks(ck: &mut RouterCheckpoint, mut width: i64) -> Result<Backbone, RouterError> {
+    let mut dims = vec![width as usize];
+    let mut blocks = Vec::new();
+    let mut expansion = None;
+    while ck.has(&format!(
+        "backbone.blocks.{}.layer_norm.weight",
+        blocks.len()
+    )) {
+        let block = load_block(ck, blocks.len(), width, &mut expansion)?;
+        width = block.down.out_features();
+        blocks.push(block);
+        dims.push(width as usize);
+    }
+    if blocks.is_empty() {
+        return Err(ck.arch_error("no backbone.blocks.0 (is this an R2R router?)"));
+    }
+    if let Some(e) = expansion {
+        ck.check_init("expansion_factor", e as usize)?;
+    }
+    Ok(Backbone {
+        blocks,
+        dims,
+        width,
+    })
+}
+
+/// Block `i` from `width`: its LayerNorm, MLP and (on a width change)
+/// `dim_change`; its expansion factor must match the blocks' before it.
+fn load_block(
+    ck: &mut RouterCheckpoint,
+    i: usize,
+    width: i64,
+    expansion: &mut Option<i64>,
+) -> Result<Block, RouterError> {
+    let p = format!("backbone.blocks.{i}");
+    let norm = ck.layer_norm(&format!("{p}.layer_norm"), width)?;
+    let up = ck.linear(&format!("{p}.mlp.0"))?;
+    let down = ck.linear(&format!("{p}.mlp.3"))?;
+    if up.in_features() != width || down.in_features() != up.out_features() {
+        return Err(ck.arch_error(format!(
+            "{p}.mlp: shapes [{}, {}] and [{}, {}] do not chain from width {width}",
+            up.out_features(),
+            up.in_features(),
+            down.out_features(),
+            down.in_features()
+        )));
+    }
+    let out = down.out_features();
+    let dim_change = if out != width {
+        let l = ck.linear(&format!("{p}.dim_change"))?;
+        if l.in_features() != width || l.out_features() != out {
+            return Err(ck.arch_error(format!("{p}.dim_change does not map {width} to {out}")));
+        }
+        Some(l)
+    } else {
+        None
+    };
+    let e = up.out_features() / width;
+    if e * width != up.out_features() || expansion.is_some_and(|x| x != e) {
+        return Err(ck.arch_error(format!("{p}.mlp.0: inconsistent expansion factor")));
+    }
+    *expansion = Some(e);
+    Ok(Block {
+        norm,
+        up,
+        down,
+        dim_change,
+    })
+}
+
+/// Block i maps hidden_dims[i] to hidden_dims[i + 1], the last one to
+/// itself: the widths before each block are the recorded hidden_dims.
+fn check_hidden_dims(ck: &RouterCheckpoint, dims: &[usize]) -> Result<(), RouterError> {
+    if let Some(recorded) = ck
+        .meta
+        .init_args
+        .get("hidden_dims")
+        .and_then(|v| v.as_array())
+    {
+        let recorded: Vec<usize> = recorded
+            .iter()
+            .filter_map(|v| v.as_u64())
+            .map(|v| v as usize)
+            .collect();
+        let from_weights = &dims[..dims.len() - 1];
+        if recorded != from_weights {
+            return Err(ck.arch_error(format!(
+                "init_args.hidden_dims is {recorded:?} but the weights have {from_weights:?}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `backbone.output_layer`: a LayerNorm over `width`, then `width -> 1`.
+fn load_output(ck: &mut RouterCheckpoint, width: i64) -> Result<(LayerNorm, Linear), RouterError> {
+    let output_norm = ck.layer_norm("backbone.output_layer.0", width)?;
+    let output = ck.linear("backbone.output_layer.1")?;
+    if output.in_features() != width || output.out_features() != 1 {
+        return Err(ck.arch_error(format!(
+            "backbone.output_layer.1 is [{}, {}], expected [1, {width}]",
+            output.out_features(),
+            output.in_features()
+        )));
+    }
+    Ok((output_norm, output))
 }

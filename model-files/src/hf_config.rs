@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::EngineError;
+use crate::load_error::LoadError;
 
 /// The decoder families we implement. They share one decoder with small
 /// switches (QKV bias for Qwen2, per-head q/k RMSNorm for Qwen3).
@@ -171,13 +171,13 @@ fn default_act() -> String {
 
 impl ModelConfig {
     /// Reads and validates `config.json`.
-    pub fn from_file(path: &Path) -> Result<Self, EngineError> {
-        let text = std::fs::read_to_string(path).map_err(|e| EngineError::io(path, e))?;
-        let cfg: Self = serde_json::from_str(&text).map_err(|e| EngineError::InvalidModel {
+    pub fn from_file(path: &Path) -> Result<Self, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|e| LoadError::io(path, e))?;
+        let cfg: Self = serde_json::from_str(&text).map_err(|e| LoadError::InvalidModel {
             path: path.to_path_buf(),
             reason: format!("config.json: {e}"),
         })?;
-        cfg.validate().map_err(|reason| EngineError::InvalidModel {
+        cfg.validate().map_err(|reason| LoadError::InvalidModel {
             path: path.to_path_buf(),
             reason,
         })?;

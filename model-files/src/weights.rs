@@ -8,7 +8,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use safetensors::{Dtype, SafeTensors};
 use tch::{Device, Kind, Tensor};
 
-use crate::error::EngineError;
+use crate::load_error::LoadError;
+use crate::safetensors_check::check_complete;
 
 /// Named tensors of one checkpoint, consumed by the architecture as it builds.
 pub struct Weights {
@@ -32,7 +33,7 @@ impl Weights {
         files: &[PathBuf],
         kind: Kind,
         device: Device,
-    ) -> Result<Self, EngineError> {
+    ) -> Result<Self, LoadError> {
         let total: u64 = files
             .iter()
             .filter_map(|f| std::fs::metadata(f).ok())
@@ -46,21 +47,21 @@ impl Weights {
         bar.set_message(dir.display().to_string());
         let mut tensors = HashMap::new();
         for file in files {
-            let handle = std::fs::File::open(file).map_err(|e| EngineError::io(file, e))?;
+            let handle = std::fs::File::open(file).map_err(|e| LoadError::io(file, e))?;
             // SAFETY: the file is opened read-only and not modified while mapped.
             #[allow(unsafe_code)] // mmap of a checkpoint shard.
             let mmap =
-                unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| EngineError::io(file, e))?;
-            check_complete(&mmap).map_err(|reason| EngineError::InvalidModel {
+                unsafe { memmap2::Mmap::map(&handle) }.map_err(|e| LoadError::io(file, e))?;
+            check_complete(&mmap).map_err(|reason| LoadError::InvalidModel {
                 path: file.clone(),
                 reason,
             })?;
-            let st = SafeTensors::deserialize(&mmap).map_err(|e| EngineError::InvalidModel {
+            let st = SafeTensors::deserialize(&mmap).map_err(|e| LoadError::InvalidModel {
                 path: file.clone(),
                 reason: format!("safetensors: {e}"),
             })?;
             for (name, view) in st.tensors() {
-                let src_kind = kind_of(view.dtype()).ok_or_else(|| EngineError::InvalidModel {
+                let src_kind = kind_of(view.dtype()).ok_or_else(|| LoadError::InvalidModel {
                     path: file.clone(),
                     reason: format!("tensor `{name}` has unsupported dtype {:?}", view.dtype()),
                 })?;
@@ -88,16 +89,16 @@ impl Weights {
     }
 
     /// Removes and returns `name`, checking its shape.
-    pub fn take(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, EngineError> {
+    pub fn take(&mut self, name: &str, shape: &[i64]) -> Result<Tensor, LoadError> {
         let t = self
             .tensors
             .remove(name)
-            .ok_or_else(|| EngineError::MissingTensor {
+            .ok_or_else(|| LoadError::MissingTensor {
                 name: name.to_string(),
                 path: self.dir.clone(),
             })?;
         if t.size() != shape {
-            return Err(EngineError::ShapeMismatch {
+            return Err(LoadError::ShapeMismatch {
                 name: name.to_string(),
                 expected: shape.to_vec(),
                 got: t.size(),
@@ -111,7 +112,7 @@ impl Weights {
         &mut self,
         name: &str,
         shape: &[i64],
-    ) -> Result<Option<Tensor>, EngineError> {
+    ) -> Result<Option<Tensor>, LoadError> {
         if self.tensors.contains_key(name) {
             self.take(name, shape).map(Some)
         } else {
@@ -130,75 +131,5 @@ impl Weights {
         let mut names: Vec<String> = self.tensors.keys().cloned().collect();
         names.sort();
         names
-    }
-}
-
-/// Checks that a safetensors file holds everything its header promises,
-/// so that a cut-off download or write is named as such ("truncated:
-/// expected N bytes, file has M") rather than in the parser's words.
-pub fn check_complete(bytes: &[u8]) -> Result<(), String> {
-    let have = bytes.len();
-    let Some(len) = bytes.get(..8) else {
-        return Err(format!(
-            "truncated: expected at least 8 bytes (the header length), file has {have}"
-        ));
-    };
-    let header_len = u64::from_le_bytes(len.try_into().unwrap_or([0; 8]));
-    let header_end = header_len.saturating_add(8);
-    if header_end > have as u64 {
-        return Err(format!(
-            "truncated: expected a {header_end}-byte header, file has {have} bytes"
-        ));
-    }
-    // The data's extent from the header's own offsets (the library only
-    // says "not fully covered" when the file is short).
-    let data_end = serde_json::from_slice::<serde_json::Value>(&bytes[8..header_end as usize])
-        .ok()
-        .and_then(|v| {
-            v.as_object()?
-                .values()
-                .filter_map(|t| t.get("data_offsets")?.get(1)?.as_u64())
-                .max()
-        })
-        .unwrap_or(0);
-    let need = header_end.saturating_add(data_end);
-    if need > have as u64 {
-        return Err(format!("truncated: expected {need} bytes, file has {have}"));
-    }
-    SafeTensors::read_metadata(bytes).map_err(|e| format!("safetensors: {e}"))?;
-    Ok(())
-}
-
-#[cfg(test)]
-mod completeness_tests {
-    use super::check_complete;
-
-    fn file() -> Vec<u8> {
-        let data = vec![0u8; 16];
-        let view =
-            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![4], &data).unwrap();
-        safetensors::serialize([("w", view)], None).unwrap()
-    }
-
-    #[test]
-    fn truncation_is_named_with_both_sizes() {
-        let full = file();
-        assert_eq!(check_complete(&full), Ok(()));
-        let cut = &full[..full.len() - 3];
-        let e = check_complete(cut).unwrap_err();
-        assert_eq!(
-            e,
-            format!(
-                "truncated: expected {} bytes, file has {}",
-                full.len(),
-                cut.len()
-            )
-        );
-        assert!(check_complete(&full[..20])
-            .unwrap_err()
-            .starts_with("truncated: expected a "));
-        assert!(check_complete(&full[..3])
-            .unwrap_err()
-            .contains("file has 3"));
     }
 }

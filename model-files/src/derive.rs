@@ -10,7 +10,7 @@ use super::progress::bytes_bar;
 use super::safetensors_writer::{CheckpointWriter, TensorEntry};
 use super::tensor_spec::tensor_specs;
 use super::AssetError;
-use crate::model::config::ModelConfig;
+use crate::hf_config::ModelConfig;
 
 /// What a derivation wrote.
 #[derive(Debug, Clone)]

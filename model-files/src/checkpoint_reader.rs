@@ -49,7 +49,7 @@ impl Checkpoint {
             // SAFETY: read-only private mapping; the checkpoint is not modified while open.
             #[allow(unsafe_code)] // mmap of a checkpoint shard.
             let mmap = unsafe { Mmap::map(&file) }.map_err(|e| AssetError::io(&path, e))?;
-            crate::model::weights::check_complete(&mmap).map_err(|reason| {
+            crate::safetensors_check::check_complete(&mmap).map_err(|reason| {
                 AssetError::Safetensors {
                     path: path.clone(),
                     reason,

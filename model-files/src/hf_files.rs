@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::AssetError;
-use crate::model::config::TokenIds;
+use crate::hf_config::TokenIds;
 
 /// Files besides the weights and config.json that travel with a model.
 pub const TOKENIZER_FILES: &[&str] = &[

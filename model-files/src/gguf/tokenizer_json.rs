@@ -5,9 +5,9 @@
 use serde_json::{json, Map, Value};
 
 use super::file::GgufHeader;
-use crate::assets::hf_files::generation_config;
-use crate::assets::AssetError;
-use crate::model::config::TokenIds;
+use crate::hf_config::TokenIds;
+use crate::hf_files::generation_config;
+use crate::AssetError;
 
 /// llama.cpp token types that become special added tokens:
 /// UNKNOWN (2), CONTROL (3) and USER_DEFINED (4).

@@ -70,7 +70,7 @@ impl CheckpointWriter {
     /// A writer for every tensor of `specs`, stored as `dtype`.
     pub fn for_specs(
         dir: &Path,
-        specs: &[crate::assets::TensorSpec],
+        specs: &[crate::TensorSpec],
         dtype: StorageDtype,
         max_shard_bytes: u64,
     ) -> Result<Self, AssetError> {
@@ -333,7 +333,7 @@ impl CheckpointWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assets::checkpoint_reader::Checkpoint;
+    use crate::checkpoint_reader::Checkpoint;
 
     fn entry(name: &str, shape: &[usize], dtype: StorageDtype) -> TensorEntry {
         TensorEntry {

@@ -8,8 +8,10 @@ mod import;
 mod llama_config;
 mod permute;
 mod tensor_names;
-#[cfg(test)]
-pub(crate) mod test_file;
+// Synthetic GGUF files for tests (also the engine's fuzz-entry tests,
+// through the `test-file` feature).
+#[cfg(any(test, feature = "test-file"))]
+pub mod test_file;
 mod tokenizer_json;
 mod value;
 

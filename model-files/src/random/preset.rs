@@ -3,9 +3,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::assets::dtype::StorageDtype;
-use crate::assets::AssetError;
-use crate::model::config::{Architecture, ModelConfig, TokenIds};
+use crate::dtype::StorageDtype;
+use crate::hf_config::{Architecture, ModelConfig, TokenIds};
+use crate::AssetError;
 
 /// Qwen3's vocabulary (embedding rows; the tokenizer has slightly fewer ids).
 pub const QWEN3_VOCAB: usize = 151_936;
@@ -130,7 +130,7 @@ impl FromStr for Preset {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::assets::tensor_spec::tensor_specs;
+    use crate::tensor_spec::tensor_specs;
 
     #[test]
     fn presets_validate_and_have_the_released_sizes() {

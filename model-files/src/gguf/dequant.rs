@@ -5,7 +5,7 @@
 use half::{bf16, f16};
 
 use super::ggml_type::{GgmlType, SUPPORTED_TYPES};
-use crate::assets::AssetError;
+use crate::AssetError;
 
 /// Whether [`dequantize`] handles `ty`.
 pub fn is_dequantizable(ty: GgmlType) -> bool {

@@ -1,9 +1,9 @@
 //! `config.json` for a llama-architecture GGUF, from its `llama.*` metadata.
 
 use super::file::GgufHeader;
-use crate::assets::dtype::StorageDtype;
-use crate::assets::AssetError;
-use crate::model::config::{Architecture, ModelConfig, TokenIds};
+use crate::dtype::StorageDtype;
+use crate::hf_config::{Architecture, ModelConfig, TokenIds};
+use crate::AssetError;
 
 /// Builds the transformers config of the model in `h`. `tied` is true when
 /// the file has no `output.weight` (the head reuses the embedding).

@@ -49,7 +49,7 @@ pub enum GgmlType {
     Other(u32),
 }
 
-/// The types [`crate::assets::gguf::dequantize`] handles, for error messages.
+/// The types [`crate::gguf::dequantize`] handles, for error messages.
 pub const SUPPORTED_TYPES: &str = "F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K";
 
 impl GgmlType {

@@ -2,13 +2,13 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::assets::dtype::StorageDtype;
-use crate::assets::hf_files::{generation_config, prepare_output_dir, write_json};
-use crate::assets::progress::bytes_bar;
-use crate::assets::safetensors_writer::{CheckpointWriter, DEFAULT_MAX_SHARD_BYTES};
-use crate::assets::tensor_spec::{tensor_rng, tensor_specs};
-use crate::assets::AssetError;
-use crate::model::config::{ModelConfig, TokenIds};
+use crate::dtype::StorageDtype;
+use crate::hf_config::{ModelConfig, TokenIds};
+use crate::hf_files::{generation_config, prepare_output_dir, write_json};
+use crate::progress::bytes_bar;
+use crate::safetensors_writer::{CheckpointWriter, DEFAULT_MAX_SHARD_BYTES};
+use crate::tensor_spec::{tensor_rng, tensor_specs};
+use crate::AssetError;
 
 /// Values generated per chunk: bounds memory for any model size.
 const CHUNK: usize = 1 << 20;
@@ -52,7 +52,7 @@ pub fn gen_random(
     out: &Path,
     opts: &GenRandomOptions,
 ) -> Result<Vec<PathBuf>, AssetError> {
-    let staged = crate::assets::staged::StagedDir::create(out)?;
+    let staged = crate::staged::StagedDir::create(out)?;
     let files = gen_into(cfg, staged.path(), opts)?;
     let files = staged.commit(files)?;
     tracing::info!(out = %out.display(), layers = cfg.num_hidden_layers, seed = opts.seed, dtype = %opts.dtype, "wrote random checkpoint");

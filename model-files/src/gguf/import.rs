@@ -12,13 +12,13 @@ use super::tensor_names::{map_llama_name, RotaryRows};
 use super::tokenizer_json::tokenizer_files;
 #[cfg(test)]
 use super::value::MetadataValue;
-use crate::assets::dtype::StorageDtype;
-use crate::assets::hf_files::{load_tokenizer, prepare_output_dir, write_json};
-use crate::assets::progress::bytes_bar;
-use crate::assets::safetensors_writer::{CheckpointWriter, DEFAULT_MAX_SHARD_BYTES};
-use crate::assets::tensor_spec::tensor_specs;
-use crate::assets::AssetError;
-use crate::model::config::ModelConfig;
+use crate::dtype::StorageDtype;
+use crate::hf_config::ModelConfig;
+use crate::hf_files::{load_tokenizer, prepare_output_dir, write_json};
+use crate::progress::bytes_bar;
+use crate::safetensors_writer::{CheckpointWriter, DEFAULT_MAX_SHARD_BYTES};
+use crate::tensor_spec::tensor_specs;
+use crate::AssetError;
 
 /// How to write the imported checkpoint.
 #[derive(Debug, Clone)]
@@ -63,7 +63,7 @@ pub fn import_gguf(
     out_dir: &Path,
     opts: &ImportOptions,
 ) -> Result<ImportSummary, AssetError> {
-    let staged = crate::assets::staged::StagedDir::create(out_dir)?;
+    let staged = crate::staged::StagedDir::create(out_dir)?;
     let mut summary = import_into(file, staged.path(), opts)?;
     summary.files = staged.commit(summary.files)?;
     tracing::info!(file = %file.display(), out = %out_dir.display(), "imported GGUF");
@@ -187,7 +187,7 @@ mod tests {
     use super::super::ggml_type::GgmlType;
     use super::super::test_file::{tiny_llama, ExpectedTensors, FIXTURE_VOCAB};
     use super::*;
-    use crate::assets::checkpoint_reader::Checkpoint;
+    use crate::checkpoint_reader::Checkpoint;
 
     fn write_fixture(tied: bool) -> (tempfile::TempDir, PathBuf, ExpectedTensors) {
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,6 @@
 //! llama.cpp tensor names → transformers tensor names (llama architecture).
 
-use crate::assets::AssetError;
+use crate::AssetError;
 
 /// Whether a tensor carries llama.cpp's rotary row permutation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

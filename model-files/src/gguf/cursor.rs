@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::assets::AssetError;
+use crate::AssetError;
 
 /// Reads primitives from a byte slice, failing with [`AssetError::Truncated`].
 pub(crate) struct Cursor<'a> {

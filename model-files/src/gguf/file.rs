@@ -11,7 +11,7 @@ use super::cursor::Cursor;
 use super::dequant::dequantize;
 use super::ggml_type::GgmlType;
 use super::value::MetadataValue;
-use crate::assets::AssetError;
+use crate::AssetError;
 
 /// `GGUF` as the first four bytes.
 const MAGIC: &[u8; 4] = b"GGUF";

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::cursor::Cursor;
-use crate::assets::AssetError;
+use crate::AssetError;
 
 /// One metadata value as stored in a GGUF file.
 #[derive(Debug, Clone, PartialEq)]

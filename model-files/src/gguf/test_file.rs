@@ -13,8 +13,9 @@ struct Tensor {
 }
 
 /// Collects metadata and tensors, then serializes them as GGUF.
-pub(crate) struct GgufBuilder {
-    pub(crate) version: u32,
+pub struct GgufBuilder {
+    /// The GGUF version written in the header.
+    pub version: u32,
     kvs: Vec<(String, MetadataValue)>,
     tensors: Vec<Tensor>,
 }
@@ -69,7 +70,7 @@ fn put_value(out: &mut Vec<u8>, v: &MetadataValue) {
 
 impl GgufBuilder {
     /// An empty file of the given version.
-    pub(crate) fn new(version: u32) -> Self {
+    pub fn new(version: u32) -> Self {
         Self {
             version,
             kvs: Vec::new(),
@@ -78,12 +79,12 @@ impl GgufBuilder {
     }
 
     /// Appends a metadata entry.
-    pub(crate) fn kv(&mut self, key: &str, value: MetadataValue) {
+    pub fn kv(&mut self, key: &str, value: MetadataValue) {
         self.kvs.push((key.to_string(), value));
     }
 
     /// Replaces (or appends) a metadata entry.
-    pub(crate) fn set_kv(&mut self, key: &str, value: MetadataValue) {
+    pub fn set_kv(&mut self, key: &str, value: MetadataValue) {
         match self.kvs.iter_mut().find(|(k, _)| k == key) {
             Some(slot) => slot.1 = value,
             None => self.kv(key, value),
@@ -91,23 +92,23 @@ impl GgufBuilder {
     }
 
     /// Removes a metadata entry.
-    pub(crate) fn remove_kv(&mut self, key: &str) {
+    pub fn remove_kv(&mut self, key: &str) {
         self.kvs.retain(|(k, _)| k != key);
     }
 
     /// The metadata entries so far.
-    pub(crate) fn metadata(&self) -> &[(String, MetadataValue)] {
+    pub fn metadata(&self) -> &[(String, MetadataValue)] {
         &self.kvs
     }
 
     /// Appends an F32 tensor; `dims` innermost first.
-    pub(crate) fn tensor_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) {
+    pub fn tensor_f32(&mut self, name: &str, dims: &[u64], values: &[f32]) {
         let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.tensor(name, dims, GgmlType::F32, data);
     }
 
     /// Appends a tensor of any type from raw bytes, placed at the next aligned offset.
-    pub(crate) fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) {
+    pub fn tensor(&mut self, name: &str, dims: &[u64], ty: GgmlType, data: Vec<u8>) {
         self.tensors.push(Tensor {
             name: name.into(),
             dims: dims.to_vec(),
@@ -118,7 +119,7 @@ impl GgufBuilder {
     }
 
     /// Appends a tensor at an explicit offset (to build malformed files).
-    pub(crate) fn tensor_raw(
+    pub fn tensor_raw(
         &mut self,
         name: &str,
         dims: &[u64],
@@ -136,12 +137,12 @@ impl GgufBuilder {
     }
 
     /// Drops a tensor by name.
-    pub(crate) fn remove_tensor(&mut self, name: &str) {
+    pub fn remove_tensor(&mut self, name: &str) {
         self.tensors.retain(|t| t.name != name);
     }
 
     /// Replaces a tensor's type and data, keeping its name and dims.
-    pub(crate) fn replace_tensor(&mut self, name: &str, ty: GgmlType, data: Vec<u8>) {
+    pub fn replace_tensor(&mut self, name: &str, ty: GgmlType, data: Vec<u8>) {
         if let Some(t) = self.tensors.iter_mut().find(|t| t.name == name) {
             t.ty = ty;
             t.data = data;
@@ -149,7 +150,7 @@ impl GgufBuilder {
     }
 
     /// Serializes the file.
-    pub(crate) fn build(&self) -> Vec<u8> {
+    pub fn build(&self) -> Vec<u8> {
         let alignment = self
             .kvs
             .iter()
@@ -196,7 +197,7 @@ impl GgufBuilder {
 }
 
 /// GPT-2's byte → printable-char map (`bytes_to_unicode`).
-pub(crate) fn byte_level_alphabet() -> Vec<String> {
+pub fn byte_level_alphabet() -> Vec<String> {
     let printable =
         |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
     let mut next = 256u32;
@@ -214,11 +215,11 @@ pub(crate) fn byte_level_alphabet() -> Vec<String> {
 }
 
 /// Special tokens of the fixture tokenizer (ids 0, 1, 2).
-pub(crate) const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+pub const SPECIALS: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
 
 /// A byte-level BPE vocabulary: the specials, the 256 byte symbols, then a
 /// few merges that spell `hello` and ` w`.
-pub(crate) fn tokenizer_metadata(b: &mut GgufBuilder, pre: &str) {
+pub fn tokenizer_metadata(b: &mut GgufBuilder, pre: &str) {
     let merges = ["h e", "l l", "he ll", "hell o", "Ġ w"];
     let mut tokens: Vec<String> = SPECIALS.iter().map(|s| s.to_string()).collect();
     tokens.extend(byte_level_alphabet());
@@ -248,20 +249,20 @@ pub(crate) fn tokenizer_metadata(b: &mut GgufBuilder, pre: &str) {
 }
 
 /// Vocabulary size of [`tokenizer_metadata`].
-pub(crate) const FIXTURE_VOCAB: usize = 3 + 256 + 5;
+pub const FIXTURE_VOCAB: usize = 3 + 256 + 5;
 /// Fixture model shape: hidden 32, 2 heads of 16, 1 KV head, MLP 64, 2 layers.
-pub(crate) const FIXTURE_HIDDEN: usize = 32;
+pub const FIXTURE_HIDDEN: usize = 32;
 
 /// Deterministic values that are exact in f16 and in Q8_0 with scale 1/8:
 /// multiples of 1/8 in [-8, 8].
-pub(crate) fn fixture_values(seed: usize, n: usize) -> Vec<f32> {
+pub fn fixture_values(seed: usize, n: usize) -> Vec<f32> {
     (0..n)
         .map(|i| (((i * 37 + seed * 101) % 129) as f32 - 64.0) / 8.0)
         .collect()
 }
 
 /// Q8_0 blocks for values that are multiples of 1/8 within ±16.
-pub(crate) fn q8_0_exact(values: &[f32]) -> Vec<u8> {
+pub fn q8_0_exact(values: &[f32]) -> Vec<u8> {
     let mut out = Vec::new();
     for block in values.chunks(32) {
         out.extend_from_slice(&half::f16::from_f32(0.125).to_le_bytes());
@@ -271,12 +272,12 @@ pub(crate) fn q8_0_exact(values: &[f32]) -> Vec<u8> {
 }
 
 /// `(transformers name, shape, values)` of each tensor an import must produce.
-pub(crate) type ExpectedTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
+pub type ExpectedTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
 
 /// A complete tiny llama GGUF and the transformers tensors it must import to.
 /// Tensor types: embedding Q8_0, norms F32, ffn_down F16, the rest F32; q/k
 /// stored with llama.cpp's row permutation.
-pub(crate) fn tiny_llama(tied: bool) -> (GgufBuilder, ExpectedTensors) {
+pub fn tiny_llama(tied: bool) -> (GgufBuilder, ExpectedTensors) {
     let (h, inter, vocab, layers) = (FIXTURE_HIDDEN, 64usize, FIXTURE_VOCAB, 2usize);
     let mut b = GgufBuilder::new(3);
     b.kv(

@@ -10,7 +10,7 @@ use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::StandardNormal;
 
-use crate::model::config::{Architecture, ModelConfig};
+use crate::hf_config::{Architecture, ModelConfig};
 
 /// How a tensor's values are drawn.
 #[derive(Debug, Clone, Copy, PartialEq)]
