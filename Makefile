@@ -179,10 +179,11 @@ lint:
 	python3 tools/check_links.py
 
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
-# that needs the cluster fails instead of skipping when it is missing).
+# that needs the cluster fails instead of skipping when it is missing), after
+# the linters and scanners (clippy, hadolint, helm lint, checkov).
 # Last, the Kubernetes flow end to end on the local node (test-node-flow,
 # about 8 minutes): real pods of the chart, the examples and the operator.
-test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check cuda-compile gpu-check-dry test-localnode
+test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
 	$(MAKE) --no-print-directory test-node-flow

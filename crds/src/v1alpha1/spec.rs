@@ -387,7 +387,8 @@ pub struct GatewaySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub max_queue: Option<i64>,
-    /// Gateway container resources.
+    /// Gateway container resources. Unset: requests `cpu: 250m, memory:
+    /// 256Mi`, limits `cpu: "2", memory: 1Gi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 }

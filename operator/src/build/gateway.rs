@@ -12,8 +12,10 @@ use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, Lifecycle, LifecycleHandler, PodSpec,
-    PodTemplateSpec, Service, ServicePort, ServiceSpec, SleepAction, Volume, VolumeMount,
+    PodTemplateSpec, ResourceRequirements, Service, ServicePort, ServiceSpec, SleepAction, Volume,
+    VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -24,6 +26,33 @@ use crate::names;
 
 /// Seconds a terminating gateway keeps serving before its drain starts.
 const PRE_STOP_SLEEP_S: i64 = 5;
+
+/// The gateway's resources where `spec.gateway.resources` is unset: it
+/// tokenizes, detokenizes and relays streams (no model), so a quarter of a
+/// core and 256 MiB are what it asks for, two cores and 1 GiB its bound.
+pub const DEFAULT_RESOURCES: [(&str, &str, &str); 2] =
+    [("cpu", "250m", "2"), ("memory", "256Mi", "1Gi")];
+
+/// `spec.gateway.resources`, or [`DEFAULT_RESOURCES`] when unset.
+fn resources(given: Option<&ResourceRequirements>) -> ResourceRequirements {
+    if let Some(r) = given {
+        return r.clone();
+    }
+    let pick = |limit: bool| {
+        DEFAULT_RESOURCES
+            .iter()
+            .map(|&(name, request, max)| {
+                let amount = if limit { max } else { request };
+                (name.to_string(), Quantity(amount.to_string()))
+            })
+            .collect::<BTreeMap<_, _>>()
+    };
+    ResourceRequirements {
+        requests: Some(pick(false)),
+        limits: Some(pick(true)),
+        ..Default::default()
+    }
+}
 
 /// Component label of the gateway pods.
 pub const COMPONENT: &str = "gateway";
@@ -85,7 +114,7 @@ pub fn deployment(trd: &TokenRouterDeployment, config_hash: &str) -> Deployment 
             ..Default::default()
         }]),
         env: Some(env),
-        resources: g.resources.clone(),
+        resources: Some(resources(g.resources.as_ref())),
         volume_mounts: Some(mounts),
         security_context: Some(container_security()),
         // Endpoints drop a terminating pod asynchronously: keep accepting

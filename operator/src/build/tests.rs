@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use crds::v1alpha1::{MpsDaemon, MpsSpec, NodePoolSpec, Placement};
 use crds::TokenRouterDeployment;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Container, PodSpec};
+use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use super::*;
 
@@ -441,6 +442,19 @@ fn pull_secrets_reach_every_pod_and_a_budget_covers_the_serving_pods() {
 }
 
 #[test]
+fn gateway_keeps_the_resources_the_spec_gives() {
+    let mut trd = sample();
+    let given = ResourceRequirements {
+        limits: Some(BTreeMap::from([("memory".into(), Quantity("3Gi".into()))])),
+        ..Default::default()
+    };
+    trd.spec.gateway.resources = Some(given.clone());
+    let d = desired(&trd, &inputs(1));
+    let pod = d.gateway.spec.unwrap().template.spec.unwrap();
+    assert_eq!(pod.containers[0].resources, Some(given));
+}
+
+#[test]
 fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
     let mut i = inputs(3);
     i.listed_groups = [0, 2, 3].into(); // 3 does not run: not written
@@ -458,6 +472,17 @@ fn gateway_fronts_the_listed_groups_with_keys_from_the_secret() {
     let spec = d.gateway.spec.as_ref().unwrap();
     let c = &spec.template.spec.as_ref().unwrap().containers[0];
     assert_eq!(c.args.as_ref().unwrap()[0], "gateway");
+    let r = c.resources.as_ref().unwrap();
+    let amount = |m: &Option<BTreeMap<String, Quantity>>, k: &str| m.as_ref().unwrap()[k].0.clone();
+    assert_eq!(
+        (amount(&r.requests, "cpu"), amount(&r.requests, "memory")),
+        ("250m".to_string(), "256Mi".to_string()),
+        "unset spec.gateway.resources: the defaults, requests and limits"
+    );
+    assert_eq!(
+        (amount(&r.limits, "cpu"), amount(&r.limits, "memory")),
+        ("2".to_string(), "1Gi".to_string())
+    );
     let live = c
         .liveness_probe
         .as_ref()
