@@ -183,7 +183,7 @@ lint:
 # the linters and scanners (clippy, hadolint, helm lint, checkov).
 # Last, the Kubernetes flow end to end on the local node (test-node-flow,
 # about 8 minutes): real pods of the chart, the examples and the operator.
-test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode
+test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode test-bench-tools
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
 	$(MAKE) --no-print-directory test-node-flow
@@ -402,11 +402,15 @@ LOCALNODE_PY := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/ve
 WITH_NODE    := bash tests/k8s_node/with_node.sh
 E2E_OUT      ?= $(CACHE)/e2e
 
-.PHONY: node-binaries test-localnode test-node-flow e2e
+.PHONY: node-binaries test-localnode test-bench-tools test-node-flow e2e
 
 # The binaries the test images hold (images-test): the engine and the operator.
 node-binaries: build
 	cargo build --release -p operator --bin tokenrouter-operator
+
+# The benchmark scripts' own tests (depth_table.py's verdicts against targets.yaml).
+test-bench-tools: venv
+	$(PY) -W error -m unittest discover -s tools/bench -p 'test_*.py'
 
 test-localnode: k8s-kit container-tools
 	$(LOCALNODE_PY) -W error -m unittest discover -s tools/localnode -p 'test_*.py'
