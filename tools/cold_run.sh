@@ -29,20 +29,9 @@ steps=(
     "serve: load both models, answer the first request|tokenrouter serve$"
 )
 
-# Seconds since the start of the first make.log line matching $1, or empty.
-first_at() { grep -E -m1 -- " .*$1" "$work/make.log" | cut -d' ' -f1; }
-
-mmss() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
-
-# One line of the machine: cores, CPU model, memory, bf16/AMX flags.
-machine() {
-    local cpu mem flags=""
-    cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-    mem=$(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo)
-    grep -qw avx512_bf16 /proc/cpuinfo && flags+=" avx512_bf16"
-    grep -qw amx_bf16 /proc/cpuinfo && flags+=" amx_bf16" || flags+=" (no AMX)"
-    echo "$(nproc) cores, $cpu, $mem RAM,$flags"
-}
+# first_at, mmss, machine, step_rows
+# shellcheck source=tools/cold_page.sh
+. "$(dirname "$0")/cold_page.sh"
 
 # The generated page, then the earlier runs kept from the old page.
 write_page() {
@@ -72,21 +61,7 @@ write_page() {
         echo "part of the time. A step starts at the first \`make\` line of its command"
         echo "and ends where the next one starts; the build overlaps the downloads."
         echo
-        echo "| step | wall | done at |"
-        echo "|---|---|---|"
-        local prev_name="" prev_at="" entry name pat at
-        for entry in "${steps[@]}"; do
-            name=${entry%%|*} pat=${entry#*|}
-            at=$(first_at "$pat")
-            [[ -z $at ]] && { echo "| $name | not seen in make.log | |"; continue; }
-            [[ -n $prev_name ]] && echo "| $prev_name | $(mmss $((at - prev_at))) | $(mmss "$at") |"
-            prev_name=$name prev_at=$at
-        done
-        if [[ -n $answered && -n $prev_name ]]; then
-            echo "| $prev_name | $(mmss $((answered - prev_at))) | $(mmss "$answered") |"
-        elif [[ -n $prev_name ]]; then
-            echo "| $prev_name | not finished | |"
-        fi
+        step_rows "$answered"
         echo
         if [[ -n $answered ]]; then
             if ((answered <= target_s)); then at="met"; else at="not met"; fi

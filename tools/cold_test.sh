@@ -28,22 +28,15 @@ budget_s=3000 # CI runs `make test` in 90 minutes; we keep it under 50 cold
 steps=(
     "assets: libtorch, venvs, the SmolLM2 GGUF and tokenizer, \`cargo build\`, the healed exit|."
     "lint: fmt, clippy, module graph, links|cargo fmt"
-    "the Kubernetes test kit (etcd, kitapi from Debian's Go sources), hadolint, helm checks, checkov|k8s-kit/build.sh"
+    "the Kubernetes test kit (etcd, kitapi from Debian's Go sources), hadolint, helm checks, checkov, the CUDA compile and GPU dry checks, the local node's and bench tools' unit tests|k8s-kit/build.sh"
     "\`cargo test --workspace --all-targets\` with the kit up|cargo test --release --workspace"
     "gateway without default features|cargo test --release -p gateway --no-default-features"
     "node flow: test images (Debian base, CPU engine, operator), localnode unit tests, flow.py|tools/images/build.sh test"
 )
 
-first_at() { grep -E -m1 -- "^[0-9]+ .*$1" "$work/make.log" | cut -d' ' -f1; }
-
-mmss() { printf '%d min %02d s' $(($1 / 60)) $(($1 % 60)); }
-
-machine() {
-    local cpu mem
-    cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
-    mem=$(awk '/MemTotal/ {printf "%d GiB", $2 / 1048576}' /proc/meminfo)
-    echo "$(nproc) cores, $cpu, $mem RAM"
-}
+# first_at, mmss, machine, step_rows
+# shellcheck source=tools/cold_page.sh
+. "$(dirname "$0")/cold_page.sh"
 
 field() { sed -n "s/^$1 //p" "$work/result"; }
 
@@ -71,17 +64,7 @@ write_page() {
         echo "packages installed by earlier runs stay installed. A step starts at the"
         echo "first \`make\` line of its command and ends where the next one starts."
         echo
-        echo "| step | wall | done at |"
-        echo "|---|---|---|"
-        local prev_name="" prev_at="" entry name pat at
-        for entry in "${steps[@]}"; do
-            name=${entry%%|*} pat=${entry#*|}
-            at=$(first_at "$pat")
-            [[ -z $at ]] && { echo "| $name | not seen in make.log | |"; continue; }
-            [[ -n $prev_name ]] && echo "| $prev_name | $(mmss $((at - prev_at))) | $(mmss "$at") |"
-            prev_name=$name prev_at=$at
-        done
-        [[ -n $prev_name && -n $total ]] && echo "| $prev_name | $(mmss $((total - prev_at))) | $(mmss "$total") |"
+        step_rows "$total"
         echo
         if [[ $rc == 0 ]]; then passed="passed"; else passed="**failed** (exit status $rc)"; fi
         if [[ $rc == 0 && -n $total ]] && ((total <= budget_s)); then verdict="met"; else verdict="not met"; fi
