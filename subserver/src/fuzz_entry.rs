@@ -94,20 +94,16 @@ pub fn router_checkpoint(data: &[u8], scratch: &Path) {
     let (meta, weights) = rest.split_at(split);
     let dir = scratch.join("router");
     if std::fs::create_dir_all(&dir).is_err()
+        || write(&dir.join(policies::router::checkpoint::META_FILE), meta).is_err()
         || write(
-            &dir.join(crate::policy::router::checkpoint::META_FILE),
-            meta,
-        )
-        .is_err()
-        || write(
-            &dir.join(crate::policy::router::checkpoint::WEIGHTS_FILE),
+            &dir.join(policies::router::checkpoint::WEIGHTS_FILE),
             weights,
         )
         .is_err()
     {
         return;
     }
-    let _ = crate::policy::router::RouterCheckpoint::open(&dir, tch::Device::Cpu);
+    let _ = policies::router::RouterCheckpoint::open(&dir, tch::Device::Cpu);
 }
 
 fn write(path: &Path, data: &[u8]) -> std::io::Result<()> {

@@ -26,8 +26,12 @@ pub mod model;
 pub mod op_count;
 pub mod openmp;
 pub mod peer;
-pub mod policy;
-pub mod routing;
+/// Routing policies, their factory and router checkpoints (crate
+/// `policies`; re-exported so `subserver::policy::...` paths stay).
+pub use policies as policy;
+/// The routing seam (crate `policies`; re-exported so
+/// `subserver::routing::...` paths stay).
+pub use policies::routing;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;

@@ -6,10 +6,10 @@
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use crate::policy::draw::uniform;
 use crate::sampling::SamplingParams;
 use crate::scheduler::client::{RequestError, StreamEvent};
 use crate::scheduler::group::Group;
+use policies::draw::uniform;
 
 /// One single-model server per model (index = model index).
 pub struct StdServers {
@@ -39,10 +39,10 @@ impl StdServers {
             )));
         }
         let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
-        let probability = crate::policy::kwarg_f64(&kwargs, "probability")?.unwrap_or(0.5);
-        let seed = crate::policy::kwarg_u64(&kwargs, "seed")?.unwrap_or(0);
+        let probability = policies::kwarg_f64(&kwargs, "probability")?.unwrap_or(0.5);
+        let seed = policies::kwarg_u64(&kwargs, "seed")?.unwrap_or(0);
         let entry = cfg.entry_index();
-        let large = crate::policy::kwarg_u64(&kwargs, "target")?
+        let large = policies::kwarg_u64(&kwargs, "target")?
             .map(|t| t as usize)
             .unwrap_or(cfg.models().len().saturating_sub(1));
         let mut servers = Vec::new();
@@ -57,7 +57,7 @@ impl StdServers {
             let member = crate::scheduler::group::MemberSpec {
                 name: cfg.models()[i].name.clone(),
                 runner,
-                policy: Box::new(crate::policy::single::SinglePolicy),
+                policy: Box::new(policies::single::SinglePolicy),
                 tokenizer: None,
                 thresholds: vec![1],
             };
@@ -175,7 +175,7 @@ mod tests {
         let member = MemberSpec {
             name: format!("m{seed}"),
             runner: Box::new(runner),
-            policy: Box::new(crate::policy::single::SinglePolicy),
+            policy: Box::new(policies::single::SinglePolicy),
             tokenizer: None,
             thresholds: vec![1],
         };

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use crate::config::LatencyModel;
 use crate::engine::EngineLimits;
 use crate::peer::message::ModelIdx;
-use crate::policy::{build_in, Placement, PolicyEnv};
 use crate::runner::sim::SimRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::StreamEvent;
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
+use policies::{build_in, Placement, PolicyEnv};
 
 /// What to run.
 #[derive(Debug, Clone)]

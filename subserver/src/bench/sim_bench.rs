@@ -23,7 +23,6 @@ use crate::engine::EngineLimits;
 use crate::error::EngineError;
 use crate::model::decoder::Decoder;
 use crate::model::dir::ModelDir;
-use crate::policy::{build, Placement};
 use crate::runner::memory::KvBudget;
 use crate::runner::sim::SimRunner;
 use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
@@ -35,6 +34,7 @@ use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 use model_files::dtype::StorageDtype;
 use model_files::random::Preset;
 use model_files::AssetError;
+use policies::{build, Placement};
 
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::policy::ThresholdKnob;
+use policies::ThresholdKnob;
 
 /// Delayed-batching thresholds per model: `table[model][n - 1]` is the
 /// number of runnable requests the model waits for when `n` requests are
@@ -71,7 +71,7 @@ pub fn set_knob(knob: Option<&ThresholdKnob>, value: f64) -> Result<f64, String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::{LiveThreshold, ShareDirection};
+    use policies::{LiveThreshold, ShareDirection};
 
     #[test]
     fn a_knob_moves_within_its_range_only() {

@@ -325,7 +325,7 @@ impl Decoder {
                     0,
                     self.cfg.vocab_size as i64,
                 )?;
-                Some(crate::sampling::signals::normalized_entropy_rows(&logits)?)
+                Some(policies::signals::normalized_entropy_rows(&logits)?)
             }
             None => None,
         };

@@ -15,16 +15,16 @@
 
 mod error;
 mod filters;
-mod host_logits;
 pub mod logprobs;
 mod params;
 mod sampler;
-pub mod signals;
+/// Routing signals (crate `policies`, which reads them).
+pub use policies::signals;
 mod stop;
 
 pub use error::SamplingError;
-pub use host_logits::HostLogits;
 pub use logprobs::{logprobs, TokenLogprobs};
 pub use params::{ParamError, SamplingParams, MAX_TEMPERATURE, MAX_TOP_LOGPROBS};
+pub use policies::HostLogits;
 pub use sampler::{Sampler, GREEDY_TEMPERATURE_EPS};
 pub use stop::{Finish, FinishReason, StopChecker};

@@ -14,7 +14,6 @@ use crate::metrics::SubserverMetrics;
 use crate::peer::message::{ModelIdx, Rid};
 use crate::peer::tcp::{TcpOptions, TcpTransport};
 use crate::peer::transport::{Deliver, PeerSender};
-use crate::routing::RoutingPolicy;
 use crate::runner::ModelRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::batching::ExecutionMode;
@@ -25,6 +24,7 @@ use crate::scheduler::inproc::InProcSender;
 use crate::scheduler::shared::GroupShared;
 use crate::scheduler::stats::{SchedulerStats, StatsSnapshot};
 use crate::tokenizer::TextTokenizer;
+use policies::routing::RoutingPolicy;
 
 /// One model of a group, ready to start.
 pub struct MemberSpec {

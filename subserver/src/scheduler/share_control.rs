@@ -10,7 +10,7 @@
 //! the threshold stays inside the policy's range.
 
 use crate::peer::message::ModelIdx;
-use crate::routing::{ShareDirection, ThresholdKnob};
+use policies::routing::{ShareDirection, ThresholdKnob};
 
 /// Committed tokens per control update.
 pub const DEFAULT_WINDOW: usize = 32;
@@ -100,7 +100,7 @@ impl ShareController {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routing::LiveThreshold;
+    use policies::routing::LiveThreshold;
 
     /// Runs the controller against a deterministic plant: the share a
     /// threshold yields is `response(threshold)`, realized exactly per window.

@@ -5,14 +5,14 @@ use std::time::{Duration, Instant};
 
 use crate::config::LatencyModel;
 use crate::metrics::{encode_text, SubserverMetrics};
-use crate::policy::handover::{HandoverBar, HandoverPolicy, HandoverSignal};
-use crate::policy::{LiveThreshold, ShareDirection};
-use crate::routing::signal_health::SignalError;
-use crate::routing::StepView;
 use crate::runner::sim::SimRunner;
 use crate::sampling::SamplingParams;
 use crate::scheduler::client::StreamEvent;
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
+use policies::handover::{HandoverBar, HandoverPolicy, HandoverSignal};
+use policies::routing::signal_health::SignalError;
+use policies::routing::StepView;
+use policies::{LiveThreshold, ShareDirection};
 
 /// One signal too many per step: every row "fires", but the step's rows
 /// cannot be matched to signals.
@@ -34,7 +34,7 @@ fn a_misshaped_signal_is_counted_and_exported_per_step() {
     let metrics = SubserverMetrics::new(&registry).unwrap();
     let members = (0..2u16)
         .map(|m| {
-            let policy: Box<dyn crate::routing::RoutingPolicy> = if m == 0 {
+            let policy: Box<dyn policies::routing::RoutingPolicy> = if m == 0 {
                 let bar = HandoverBar::new(
                     "Misshaped",
                     LiveThreshold::new(0.5),

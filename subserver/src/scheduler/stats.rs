@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use crate::metrics::{ModelMetrics, SubserverMetrics};
 use crate::peer::message::ModelIdx;
-use crate::routing::signal_health::SignalFailure;
 use crate::scheduler::policy::Dest;
+use policies::routing::signal_health::SignalFailure;
 
 /// A snapshot of one scheduler's counters.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]

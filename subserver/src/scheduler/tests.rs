@@ -7,12 +7,12 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::config::LatencyModel;
 use crate::engine::EngineLimits;
-use crate::policy::{build_in, LiveThreshold, Placement, PolicyEnv};
 use crate::runner::sim::SimRunner;
 use crate::sampling::{FinishReason, SamplingParams};
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::{RequestError, StreamEvent, SubmitOptions, Usage};
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
+use policies::{build_in, LiveThreshold, Placement, PolicyEnv};
 
 /// Deadline of every wait: only a hang reaches it, even on a loaded machine.
 pub(super) const HANG: Duration = Duration::from_secs(60);

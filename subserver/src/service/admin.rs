@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::http::{knob_value, set_knob, AdminApi, TextDir, ThresholdTable};
-use crate::policy::ThresholdKnob;
 use crate::scheduler::group::Group;
+use policies::ThresholdKnob;
 
 /// `AdminApi` over a `Group`.
 pub struct GroupAdmin {

@@ -12,7 +12,6 @@ use crate::error::EngineError;
 use crate::kv::storage::bytes_per_block;
 use crate::model::dir::ModelDir;
 use crate::peer::tcp::{peer_addresses, TcpOptions};
-use crate::policy::{self, LiveThreshold, ModelFacts, Placement, PolicyEnv};
 use crate::runner::memory::{plan_kv_tokens, ModelFootprint};
 use crate::runner::mps_limit;
 use crate::runner::sim::SimRunner;
@@ -22,6 +21,7 @@ use crate::scheduler::group::{GroupSettings, GroupTransport, MemberSpec};
 use crate::service::{tensor_parallel, ServiceError};
 use crate::tokenizer::TextTokenizer;
 use model_files::tensor_specs;
+use policies::{self as policy, LiveThreshold, ModelFacts, Placement, PolicyEnv};
 
 /// KV tokens a simulated model gets when the config gives a memory fraction
 /// (a simulated model has no memory to take a fraction of).

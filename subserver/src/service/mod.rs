@@ -32,7 +32,7 @@ pub enum ServiceError {
     },
     /// The policy rejected its configuration.
     #[error(transparent)]
-    Policy(#[from] crate::policy::PolicyError),
+    Policy(#[from] policies::PolicyError),
     /// Something the config allows but this build does not do.
     #[error("{0}")]
     Unsupported(String),

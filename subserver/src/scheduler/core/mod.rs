@@ -27,8 +27,6 @@ use tracing::warn;
 use crate::engine::EngineLimits;
 use crate::peer::message::{ModelIdx, PeerMsg, Rid};
 use crate::peer::transport::PeerSender;
-use crate::routing::signal_health::SignalHealth;
-use crate::routing::RoutingPolicy;
 use crate::runner::ModelRunner;
 use crate::sampling::HostLogits;
 use crate::scheduler::batching::{should_step, threshold, ExecutionMode, StepInputs};
@@ -40,6 +38,8 @@ use crate::scheduler::share_control::ShareController;
 use crate::scheduler::shared::GroupShared;
 use crate::scheduler::stats::SchedulerStats;
 use crate::tokenizer::TextTokenizer;
+use policies::routing::signal_health::SignalHealth;
+use policies::routing::RoutingPolicy;
 
 /// Static settings of one model's scheduler.
 #[derive(Debug, Clone)]

@@ -6,12 +6,12 @@ use std::time::Instant;
 use tracing::warn;
 
 use crate::peer::message::{ModelIdx, Rid};
-use crate::routing::{Dest, RouteItem, StepView};
 use crate::runner::{ModelRunner, StepBatch, StepItem};
 use crate::sampling::logprobs::{logprobs, TokenLogprobs};
 use crate::sampling::HostLogits;
 use crate::scheduler::batching::ExecutionMode;
 use crate::scheduler::client::{RequestError, StreamEvent};
+use policies::routing::{Dest, RouteItem, StepView};
 
 use super::Scheduler;
 

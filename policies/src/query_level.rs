@@ -25,13 +25,13 @@
 
 use std::collections::VecDeque;
 
-use crate::peer::message::{ModelIdx, Rid};
-use crate::policy::draw::uniform;
-use crate::policy::{
+use crate::draw::uniform;
+use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::{
     kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::routing::{Dest, RoutingPolicy, StepView};
+use protocol::ids::{ModelIdx, Rid};
 
 /// Prompt entropies a `query_share` calibration remembers.
 pub const CALIBRATION_WINDOW: usize = 1024;

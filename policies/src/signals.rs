@@ -3,7 +3,7 @@
 
 use tch::{TchError, Tensor};
 
-use super::HostLogits;
+use crate::host_logits::HostLogits;
 
 pub use kernels::{row_stats, RowStats};
 

@@ -14,7 +14,7 @@
 
 use tch::{Kind, Tensor};
 
-use crate::policy::router::checkpoint::{BatchNorm, Linear, RouterCheckpoint, RouterError};
+use crate::router::checkpoint::{BatchNorm, Linear, RouterCheckpoint, RouterError};
 
 /// A loaded CITER router.
 pub struct CiterNet {

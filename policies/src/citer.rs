@@ -3,13 +3,13 @@
 //! (default 0.98, the paper's setting) the token is dropped and the large
 //! model writes that position (one token, then it hands back).
 
-use crate::policy::handover::{
+use crate::handover::{
     load_router, other_model, router_path_kwarg, HandoverBar, HandoverPolicy, HandoverSignal,
 };
-use crate::policy::router::citer_net::CiterNet;
-use crate::policy::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::router::citer_net::CiterNet;
 use crate::routing::signal_health::SignalError;
 use crate::routing::StepView;
+use crate::{kwarg_unit, Placement, PolicyEnv, PolicyError, ShareDirection};
 
 /// τ when neither the kwargs nor the checkpoint give one.
 pub const DEFAULT_THRESHOLD: f64 = 0.98;

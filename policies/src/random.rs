@@ -4,13 +4,13 @@
 //! position, one token, then hands back. It is the baseline for token-level
 //! routers, and with the simulated backend the stand-in for a router signal.
 
-use crate::peer::message::ModelIdx;
-use crate::policy::draw::uniform;
-use crate::policy::{
+use crate::draw::uniform;
+use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::{
     kwarg_f64, kwarg_u64, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::routing::{Dest, RoutingPolicy, StepView};
+use protocol::ids::ModelIdx;
 
 /// `scheduler_kwargs`: `probability` (default 0.5), `seed` (mixed into each
 /// request's seed), `target` (model index, default the last model).

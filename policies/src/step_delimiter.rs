@@ -4,7 +4,7 @@
 //! that could still be the start of a delimiter, so a delimiter split over
 //! several tokens ("\n" then "\n") is found too.
 
-use crate::tokenizer::TextTokenizer;
+use textio::TextTokenizer;
 
 /// Token texts and the delimiter.
 #[derive(Debug, Clone)]

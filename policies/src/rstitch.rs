@@ -6,13 +6,13 @@
 //! stays above τ and hands back as soon as it is at or below τ, keeping that
 //! confident token. Each model keeps its own KV.
 
-use crate::peer::message::ModelIdx;
-use crate::policy::signal_health::{SignalError, SignalHealth};
-use crate::policy::{
+use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::signal_health::{SignalError, SignalHealth};
+use crate::{
     kwarg_unit, LiveThreshold, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::routing::{Dest, RoutingPolicy, StepView};
+use protocol::ids::ModelIdx;
 
 /// `scheduler_kwargs`: `threshold` (τ, default 0.03).
 pub struct RStitchPolicy {

@@ -18,7 +18,7 @@
 
 use tch::{Kind, Tensor};
 
-use crate::policy::router::checkpoint::{LayerNorm, Linear, RouterCheckpoint, RouterError};
+use crate::router::checkpoint::{LayerNorm, Linear, RouterCheckpoint, RouterError};
 
 /// The class the published R2R routers are saved as.
 pub const MODEL_TYPE: &str = "HiddenStatesTokenLMHeadLogitsClassifier";

@@ -7,10 +7,10 @@
 
 use tch::{Kind, Tensor};
 
-use crate::policy::handover::{other_model, HandoverBar, HandoverPolicy, HandoverSignal};
-use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::handover::{other_model, HandoverBar, HandoverPolicy, HandoverSignal};
 use crate::routing::signal_health::SignalError;
 use crate::routing::StepView;
+use crate::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
 
 /// η when the kwargs give none.
 pub const DEFAULT_THRESHOLD: f64 = 0.15;

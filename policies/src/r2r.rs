@@ -7,13 +7,13 @@
 
 use tch::Tensor;
 
-use crate::policy::handover::{
+use crate::handover::{
     load_router, other_model, router_path_kwarg, HandoverBar, HandoverPolicy, HandoverSignal,
 };
-use crate::policy::router::r2r_net::R2rNet;
-use crate::policy::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
+use crate::router::r2r_net::R2rNet;
 use crate::routing::signal_health::SignalError;
 use crate::routing::StepView;
+use crate::{kwarg_unit, ModelFacts, Placement, PolicyEnv, PolicyError, ShareDirection};
 
 /// `scheduler_kwargs`: `router_path` (required; the official layout's
 /// `model_path`: the published `.pt` file, a Hugging Face `ORG/REPO/FILE` in

@@ -3,14 +3,14 @@
 //! dropped and the other (large) model writes that position, one token,
 //! and hands the request back with it.
 
-use crate::peer::message::ModelIdx;
-use crate::policy::{LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob};
+use crate::{LiveThreshold, Placement, PolicyError, ShareDirection, ThresholdKnob};
+use protocol::ids::ModelIdx;
 use std::path::PathBuf;
 
-use crate::policy::router::{RouterCheckpoint, RouterError};
-use crate::policy::signal_health::{SignalError, SignalHealth};
-use crate::policy::PolicyEnv;
+use crate::router::{RouterCheckpoint, RouterError};
 use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::signal_health::{SignalError, SignalHealth};
+use crate::PolicyEnv;
 
 /// The other model of a two-model group; an error for any other group size.
 pub fn other_model(policy: &'static str, at: Placement) -> Result<ModelIdx, PolicyError> {

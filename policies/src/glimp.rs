@@ -13,14 +13,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::peer::message::{ModelIdx, Rid};
-use crate::policy::step_delimiter::StepDelimiter;
-use crate::policy::{
+use crate::routing::signal_health::{SignalError, SignalHealth};
+use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::step_delimiter::StepDelimiter;
+use crate::{
     kwarg_u64, kwarg_unit, LiveThreshold, Placement, PolicyEnv, PolicyError, ShareDirection,
     ThresholdKnob,
 };
-use crate::routing::signal_health::{SignalError, SignalHealth};
-use crate::routing::{Dest, RoutingPolicy, StepView};
+use protocol::ids::{ModelIdx, Rid};
 
 /// Per-request state.
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 
 use tch::{TchError, Tensor};
 
-use crate::peer::message::{ModelIdx, Rid};
+use protocol::ids::{ModelIdx, Rid};
 
 use super::signal_health::SignalHealth;
 use super::ThresholdKnob;
@@ -82,8 +82,7 @@ impl StepView<'_> {
         if let Some(s) = self.signals {
             return Some(Ok(s.iter().map(|r| r.normalized_entropy).collect()));
         }
-        self.logits
-            .map(crate::sampling::signals::normalized_entropy_rows)
+        self.logits.map(crate::signals::normalized_entropy_rows)
     }
 }
 

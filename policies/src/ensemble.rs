@@ -14,10 +14,10 @@
 //! false` a guest writes one token and returns, and the home steps to draw
 //! every position, dropping its token where a guest is drawn (the detour).
 
-use crate::peer::message::ModelIdx;
-use crate::policy::draw::uniform;
-use crate::policy::{kwarg_bool, kwarg_u64, Placement, PolicyError};
+use crate::draw::uniform;
 use crate::routing::{Dest, RoutingPolicy, StepView};
+use crate::{kwarg_bool, kwarg_u64, Placement, PolicyError};
+use protocol::ids::ModelIdx;
 
 /// `scheduler_kwargs`: `weights` (one per model, non-negative, not all
 /// zero), `seed`, `direct` (default true: the pen holder draws the next

@@ -1,6 +1,16 @@
-//! Routing policies and the registry that maps config names to them. Each
-//! policy is only its `route` predicate (plus what it reads); the scheduler
-//! is the same for all of them.
+//! Routing policies behind one trait: the routing seam ([`routing`]:
+//! `RoutingPolicy`, the `StepView` a policy reads, the `Dest` it returns,
+//! the steerable threshold and per-step signal failures), one file per
+//! policy, the factory that maps config names to them ([`build_in`]), the
+//! router checkpoints ([`router`]: the pickle reader, R2R and CITER nets),
+//! and the routing signals of a step's logits ([`signals`], over
+//! [`HostLogits`]). Each policy is only its `route` predicate (plus what it
+//! reads); the scheduler is the same for all of them.
+//!
+//! It sees the engine only through the routing seam: it must not depend on
+//! `subserver` (scheduler, KV cache, runner, service), which depends on it.
+//! Below it sit `protocol`, `textio`, `engine-config`, `kernels` and
+//! `model-files`.
 
 pub mod citer;
 pub mod collm;
@@ -8,11 +18,13 @@ pub mod draw;
 pub mod ensemble;
 pub mod glimp;
 pub mod handover;
+pub mod host_logits;
 pub mod live_threshold;
 pub mod query_level;
 pub mod r2r;
 pub mod random;
 pub mod router;
+pub mod routing;
 pub mod rstitch;
 /// Per-step signal failures (they live with the routing seam, which reports them).
 pub use crate::routing::signal_health;
@@ -22,11 +34,12 @@ pub mod step_delimiter;
 
 use std::path::PathBuf;
 
-use crate::config::{PolicyKind, PolicyName};
-use crate::peer::message::ModelIdx;
-use crate::tokenizer::TextTokenizer;
+use engine_config::{PolicyKind, PolicyName};
+use protocol::ids::ModelIdx;
+use textio::TextTokenizer;
 
 use crate::routing::RoutingPolicy;
+pub use host_logits::HostLogits;
 pub use live_threshold::{LiveThreshold, ShareDirection, ThresholdKnob};
 
 /// Policy construction errors.
@@ -173,7 +186,7 @@ impl PolicyEnv {
     /// The error names every path tried.
     pub fn resolve_checkpoint(&self, path: &str) -> Result<PathBuf, String> {
         let env = |name: &str| std::env::var(name).ok();
-        match crate::config::hf_cache::resolve_file(path, &self.base_dir, &env) {
+        match engine_config::hf_cache::resolve_file(path, &self.base_dir, &env) {
             Ok(Some(p)) => Ok(p),
             Ok(None) => Ok(self.resolve(path)),
             Err(e) => Err(e.to_string()),
@@ -294,7 +307,7 @@ mod tests {
     fn every_registered_spelling_builds() {
         // GlimpRouter finds step ends in text: it needs a real tokenizer.
         let tokenizer =
-            TextTokenizer::from_dir(crate::tokenizer::test_assets::qwen3_tokenizer_dir()).unwrap();
+            TextTokenizer::from_dir(textio::test_assets::qwen3_tokenizer_dir()).unwrap();
         let env = PolicyEnv {
             tokenizer: Some(tokenizer),
             ..PolicyEnv::default()
@@ -312,7 +325,7 @@ mod tests {
                 let (_, role) = PolicyKind::from_class(&spelling).unwrap();
                 let model = match (kind, role) {
                     (PolicyKind::R2r | PolicyKind::Citer, _)
-                    | (_, crate::config::ClassRole::Large) => 1,
+                    | (_, engine_config::ClassRole::Large) => 1,
                     _ => 0,
                 };
                 let at = Placement {
