@@ -99,6 +99,17 @@ pub struct Placement {
     pub entry: ModelIdx,
 }
 
+impl Placement {
+    /// Model `i` of the group `cfg` configures.
+    pub fn member(cfg: &engine_config::EngineConfig, i: usize) -> Self {
+        Placement {
+            model: i as ModelIdx,
+            num_models: cfg.models().len(),
+            entry: cfg.entry_index() as ModelIdx,
+        }
+    }
+}
+
 /// What the model a policy instance reads gives it after each step, so a
 /// policy can refuse at start-up what would fail on every step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -38,11 +38,7 @@ pub fn score_r2r(cfg: &EngineConfig, items: &[Item]) -> Scored {
     let entry = cfg.entry_index();
     let spec = &cfg.models()[entry];
     let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
-    let at = Placement {
-        model: entry as u16,
-        num_models: cfg.models().len(),
-        entry: entry as u16,
-    };
+    let at = Placement::member(cfg, entry);
     // As the service builds it (service/build.rs), on the CPU.
     let env = PolicyEnv {
         base_dir: cfg.base_dir().to_path_buf(),

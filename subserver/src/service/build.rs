@@ -129,11 +129,7 @@ pub fn member(
     let entry = cfg.entry_index();
     let (runner, tokenizer) = runner(cfg, i, true)?;
     let kwargs = serde_json::Value::Object(cfg.policy().kwargs.clone());
-    let at = Placement {
-        model: i as u16,
-        num_models: cfg.models().len(),
-        entry: entry as u16,
-    };
+    let at = Placement::member(cfg, i);
     let env = PolicyEnv {
         base_dir: cfg.base_dir().to_path_buf(),
         device: spec.device.into(),
