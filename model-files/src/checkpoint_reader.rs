@@ -107,10 +107,10 @@ impl Checkpoint {
         let t = self
             .tensors
             .get(name)
-            .ok_or_else(|| AssetError::MissingTensor {
+            .ok_or_else(|| AssetError::Load(crate::LoadError::MissingTensor {
                 name: name.to_string(),
                 path: self.dir.clone(),
-            })?;
+            }))?;
         let (path, mmap) = &self.shards[t.shard];
         let dtype =
             StorageDtype::from_safetensors(t.dtype).ok_or_else(|| AssetError::Safetensors {
@@ -160,16 +160,16 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>, AssetError> {
             serde_json::from_str(&text).map_err(|e| AssetError::json(&index_path, e))?;
         let map = index["weight_map"]
             .as_object()
-            .ok_or_else(|| AssetError::InvalidModel {
+            .ok_or_else(|| AssetError::Load(crate::LoadError::InvalidModel {
                 path: index_path.clone(),
                 reason: "`weight_map` is missing or not an object".into(),
-            })?;
+            }))?;
         let mut files: Vec<String> = Vec::new();
         for (name, file) in map {
-            let file = file.as_str().ok_or_else(|| AssetError::InvalidModel {
+            let file = file.as_str().ok_or_else(|| AssetError::Load(crate::LoadError::InvalidModel {
                 path: index_path.clone(),
                 reason: format!("weight_map entry of `{name}` is not a file name"),
-            })?;
+            }))?;
             if !files.iter().any(|f| f == file) {
                 files.push(file.to_string());
             }
@@ -181,8 +181,8 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>, AssetError> {
     if single.exists() {
         return Ok(vec![single]);
     }
-    Err(AssetError::InvalidModel {
+    Err(AssetError::Load(crate::LoadError::InvalidModel {
         path: dir.to_path_buf(),
         reason: format!("neither {SINGLE_FILE} nor {INDEX_FILE} found"),
-    })
+    }))
 }

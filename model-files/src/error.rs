@@ -6,15 +6,10 @@ use std::path::{Path, PathBuf};
 /// Each variant names the offending file, tensor, key or argument.
 #[derive(Debug, thiserror::Error)]
 pub enum AssetError {
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file or directory.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// A file could not be read, or a model directory's config or tensors
+    /// are not what they must be.
+    #[error(transparent)]
+    Load(#[from] crate::LoadError),
     /// The file does not start with the `GGUF` magic.
     #[error("{path}: not a GGUF file (magic bytes {found:02x?}, expected \"GGUF\")")]
     BadMagic {
@@ -93,22 +88,6 @@ pub enum AssetError {
     /// The tokenizer metadata describes a tokenizer we cannot rebuild.
     #[error("unsupported tokenizer: {0}")]
     UnsupportedTokenizer(String),
-    /// A Hugging Face model directory is malformed.
-    #[error("invalid model at {path}: {reason}")]
-    InvalidModel {
-        /// The directory or file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A tensor the operation needs is absent.
-    #[error("missing tensor `{name}` in {path}")]
-    MissingTensor {
-        /// The tensor name.
-        name: String,
-        /// The model directory.
-        path: PathBuf,
-    },
     /// An argument out of range or unknown (preset, dtype, layer count).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
@@ -151,10 +130,7 @@ pub enum AssetError {
 impl AssetError {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        Self::Load(crate::LoadError::io(path, source))
     }
 
     /// Wraps a JSON error with the file it concerns.
@@ -168,7 +144,7 @@ impl AssetError {
     /// A short stable label for metrics and logs.
     pub fn error_type(&self) -> &'static str {
         match self {
-            Self::Io { .. } => "io",
+            Self::Load(e) => e.error_type(),
             Self::BadMagic { .. } => "bad_magic",
             Self::UnsupportedVersion { .. } => "unsupported_version",
             Self::Truncated { .. } => "truncated",
@@ -179,8 +155,6 @@ impl AssetError {
             Self::TensorShape { .. } => "tensor_shape",
             Self::UnsupportedModel(_) => "unsupported_model",
             Self::UnsupportedTokenizer(_) => "unsupported_tokenizer",
-            Self::InvalidModel { .. } => "invalid_model",
-            Self::MissingTensor { .. } => "missing_tensor",
             Self::InvalidArgument(_) => "invalid_argument",
             Self::OutputNotEmpty { .. } => "output_not_empty",
             Self::Json { .. } => "json",

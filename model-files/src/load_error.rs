@@ -1,7 +1,6 @@
 //! The error of reading a model directory's `config.json` and (with the
-//! `tch` feature) its safetensors weights. Each variant renders as the
-//! engine's error of the same name does; the engine converts it with
-//! `From` into its own error type.
+//! `tch` feature) its safetensors weights. The engine's and the asset
+//! tools' errors wrap it (`Load`), so each of these is defined once.
 
 use std::path::{Path, PathBuf};
 
@@ -50,6 +49,18 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// A short stable label for metrics and logs.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::Io { .. } => "io",
+            Self::InvalidModel { .. } => "invalid_model",
+            Self::MissingTensor { .. } => "missing_tensor",
+            Self::ShapeMismatch { .. } => "shape_mismatch",
+            #[cfg(feature = "tch")]
+            Self::Torch(_) => "torch",
+        }
+    }
+
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {

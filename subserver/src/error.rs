@@ -1,45 +1,14 @@
 //! The engine's error type. `error_type()` is the metric label, as in TGI.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Everything that can go wrong below the scheduler.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// A file could not be read or written.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A model directory is malformed.
-    #[error("invalid model at {path}: {reason}")]
-    InvalidModel {
-        /// The directory or file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A tensor the architecture needs is absent from the checkpoint.
-    #[error("missing tensor `{name}` in {path}")]
-    MissingTensor {
-        /// The tensor name.
-        name: String,
-        /// The model directory.
-        path: PathBuf,
-    },
-    /// A tensor has the wrong shape.
-    #[error("tensor `{name}` has shape {got:?}, expected {expected:?}")]
-    ShapeMismatch {
-        /// The tensor name.
-        name: String,
-        /// The shape the config implies.
-        expected: Vec<i64>,
-        /// The shape in the file.
-        got: Vec<i64>,
-    },
+    /// A model's config or weights could not be read (file, malformed
+    /// directory, missing tensor, wrong shape).
+    #[error(transparent)]
+    Load(#[from] model_files::LoadError),
     /// A device or dtype string we cannot use.
     #[error("{0}")]
     InvalidDevice(String),
@@ -80,44 +49,16 @@ pub enum EngineError {
     HostTensor(#[from] crate::host_tensor::HostTensorError),
 }
 
-impl From<model_files::LoadError> for EngineError {
-    /// Each variant into the engine's variant of the same name (they render alike).
-    fn from(e: model_files::LoadError) -> Self {
-        use model_files::LoadError as L;
-        match e {
-            L::Io { path, source } => Self::Io { path, source },
-            L::InvalidModel { path, reason } => Self::InvalidModel { path, reason },
-            L::MissingTensor { name, path } => Self::MissingTensor { name, path },
-            L::ShapeMismatch {
-                name,
-                expected,
-                got,
-            } => Self::ShapeMismatch {
-                name,
-                expected,
-                got,
-            },
-            L::Torch(e) => Self::Torch(e),
-        }
-    }
-}
-
 impl EngineError {
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: &Path, source: std::io::Error) -> Self {
-        Self::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        Self::Load(model_files::LoadError::io(path, source))
     }
 
     /// A short stable label for metrics.
     pub fn error_type(&self) -> &'static str {
         match self {
-            Self::Io { .. } => "io",
-            Self::InvalidModel { .. } => "invalid_model",
-            Self::MissingTensor { .. } => "missing_tensor",
-            Self::ShapeMismatch { .. } => "shape_mismatch",
+            Self::Load(e) => e.error_type(),
             Self::InvalidDevice(_) => "invalid_device",
             Self::InvalidRequest(_) => "invalid_request",
             Self::Kv(_) => "kv_cache",

@@ -103,10 +103,10 @@ fn import_into(
     for spec in &specs {
         let src = sources
             .get(&spec.name)
-            .ok_or_else(|| AssetError::MissingTensor {
+            .ok_or_else(|| AssetError::Load(crate::LoadError::MissingTensor {
                 name: spec.name.clone(),
                 path: file.to_path_buf(),
-            })?;
+            }))?;
         if src.info.shape() != spec.shape {
             return Err(AssetError::TensorShape {
                 tensor: src.info.name.clone(),

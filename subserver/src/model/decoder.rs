@@ -87,10 +87,10 @@ impl Decoder {
     ) -> Result<Self, EngineError> {
         let arch = cfg
             .architecture()
-            .map_err(|reason| EngineError::InvalidModel {
+            .map_err(|reason| EngineError::Load(model_files::LoadError::InvalidModel {
                 path: Default::default(),
                 reason,
-            })?;
+            }))?;
         let h = cfg.hidden_size as i64;
         let hd = cfg.head_dim() as i64;
         let nh = cfg.num_attention_heads as i64;
@@ -439,7 +439,7 @@ mod tests {
         .err()
         .unwrap();
         assert!(
-            matches!(err, EngineError::MissingTensor { ref name, .. } if name == "model.layers.1.mlp.up_proj.weight")
+            matches!(err, EngineError::Load(model_files::LoadError::MissingTensor { ref name, .. }) if name == "model.layers.1.mlp.up_proj.weight")
         );
         assert!(err
             .to_string()

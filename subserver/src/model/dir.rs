@@ -19,10 +19,10 @@ impl ModelDir {
     /// Opens a directory and parses its `config.json`.
     pub fn open(path: &Path) -> Result<Self, EngineError> {
         if !path.is_dir() {
-            return Err(EngineError::InvalidModel {
+            return Err(EngineError::Load(model_files::LoadError::InvalidModel {
                 path: path.to_path_buf(),
                 reason: "not a directory".into(),
-            });
+            }));
         }
         let config = ModelConfig::from_file(&path.join("config.json"))?;
         Ok(Self {
@@ -38,17 +38,17 @@ impl ModelDir {
         if index.exists() {
             let text = std::fs::read_to_string(&index).map_err(|e| EngineError::io(&index, e))?;
             let json: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| EngineError::InvalidModel {
+                serde_json::from_str(&text).map_err(|e| EngineError::Load(model_files::LoadError::InvalidModel {
                     path: index.clone(),
                     reason: e.to_string(),
-                })?;
+                }))?;
             let map = json
                 .get("weight_map")
                 .and_then(|m| m.as_object())
-                .ok_or_else(|| EngineError::InvalidModel {
+                .ok_or_else(|| EngineError::Load(model_files::LoadError::InvalidModel {
                     path: index.clone(),
                     reason: "no `weight_map`".into(),
-                })?;
+                }))?;
             let mut files: Vec<PathBuf> = Vec::new();
             for file in map.values().filter_map(|v| v.as_str()) {
                 let p = self.path.join(file);
@@ -63,10 +63,10 @@ impl ModelDir {
         if single.exists() {
             Ok(vec![single])
         } else {
-            Err(EngineError::InvalidModel {
+            Err(EngineError::Load(model_files::LoadError::InvalidModel {
                 path: self.path.clone(),
                 reason: "no model.safetensors or model.safetensors.index.json".into(),
-            })
+            }))
         }
     }
 

@@ -145,10 +145,10 @@ impl Linear {
                 let (n, k) = match weight.size()[..] {
                     [n, k] => (n as usize, k as usize),
                     ref other => {
-                        return Err(EngineError::InvalidModel {
+                        return Err(EngineError::Load(model_files::LoadError::InvalidModel {
                             path: Default::default(),
                             reason: format!("a linear weight must be 2-D, got {other:?}"),
-                        })
+                        }))
                     }
                 };
                 let w = weight.f_contiguous()?;

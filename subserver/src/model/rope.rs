@@ -58,12 +58,12 @@ fn inv_freq(cfg: &ModelConfig, device: Device) -> Result<Tensor, EngineError> {
                 .collect();
             Ok(Tensor::f_from_slice(&scaled)?.f_to_device(device)?)
         }
-        other => Err(EngineError::InvalidModel {
+        other => Err(EngineError::Load(model_files::LoadError::InvalidModel {
             path: Default::default(),
             reason: format!(
                 "rope_scaling type `{other}` is not supported (default, linear, llama3)"
             ),
-        }),
+        })),
     }
 }
 
