@@ -167,8 +167,41 @@ fn text_section(page: &mut Page, args: &str) -> Result<Ran> {
 fn main() -> Result<()> {
     let args = Args::parse();
     let q = args.quick;
-    let upto = |n: usize| if q { n.min(4) } else { n };
     let mut page = Page::begin("Delayed-batching tuner", "make bench-tuner");
+    intro(&mut page, q);
+    let n16 = upto(q, 16);
+    let reference = reference_setting(&mut page, q)?;
+    large_n(&mut page, q)?;
+    let mismatches = three_models(&mut page, q)?;
+    independent_of_delta(&mut page, &reference, n16)?;
+    latency_table_gaps_limits(&mut page, q, n16)?;
+    let verdict = targets::verdict(
+        "Concurrencies where the local search's B* differs from the exhaustive one (3 models)",
+        "tuner.local_vs_exhaustive_mismatches_max",
+        Goal::AtMost,
+        mismatches,
+    )?;
+    targets::section(&mut page, &[verdict]);
+
+    print!("{}", page.render());
+    if let Some(path) = &args.out {
+        page.write(path)
+            .with_context(|| format!("write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `n`, or at most 4 in a quick run.
+fn upto(quick: bool, n: usize) -> usize {
+    if quick {
+        n.min(4)
+    } else {
+        n
+    }
+}
+
+/// What the tables are and how they were made.
+fn intro(page: &mut Page, q: bool) {
     page.para(
         "Every table below is one `tokenrouter tune` command (shown above it), run by this \
          target through the same library call and timed on this machine. The chain (slots of \
@@ -183,29 +216,39 @@ fn main() -> Result<()> {
     if q {
         page.para("**Quick run** (`--quick`): concurrency capped at 4, no exhaustive checks.");
     }
+}
 
+/// The R2R pair at N = 1..16, exhaustive, and one vector predicted and
+/// simulated; the reference table's rows.
+fn reference_setting(page: &mut Page, q: bool) -> Result<Vec<Vec<String>>> {
+    let n16 = upto(q, 16);
     page.section("Reference setting, 2 models (exact, exhaustive)");
     page.para(
         "L = 6.0, 27.9 ms; P = [[0.65,0.35],[1,0]] (R2R hand-over with probability 0.35); \
          C = [[1,0],[1,0]] (the small model's dropped token does not count); delta 0.1 ms.",
     );
-    let n16 = upto(16);
-    let reference = table_section(&mut page, &format!("{REF} --concurrency 1..{n16}"))?;
+    let reference = table_section(page, &format!("{REF} --concurrency 1..{n16}"))?;
     page.para("The same command with `--yaml --models quick,reference` gives the config table:");
     text_section(
-        &mut page,
+        page,
         &format!("{REF} --concurrency 1..{n16} --yaml --models quick,reference"),
     )?;
 
     page.section("Prediction and simulation of one vector");
     text_section(
-        &mut page,
+        page,
         &format!(
             "{REF} --concurrency 4 --thresholds 1,3 --simulate --models quick,reference{}",
             if q { " --sim-events 100000" } else { "" }
         ),
     )?;
 
+    Ok(reference)
+}
+
+/// The local search at large N (and its checks against a cold start and
+/// the exhaustive search).
+fn large_n(page: &mut Page, q: bool) -> Result<()> {
     page.section("Large N (local search, exact per vector)");
     page.para(
         "Above N^M = 256 vectors `--search auto` switches to a pattern search seeded with \
@@ -216,16 +259,19 @@ fn main() -> Result<()> {
     } else {
         "17,20,24,28,32,40,48,56,64"
     };
-    table_section(&mut page, &format!("{REF} --concurrency {big}"))?;
+    table_section(page, &format!("{REF} --concurrency {big}"))?;
     if !q {
         page.para("Without a seed (coarse-grid start) at N = 64, and exhaustively at N = 32:");
-        table_section(&mut page, &format!("{REF} --concurrency 64"))?;
-        table_section(
-            &mut page,
-            &format!("{REF} --concurrency 32 --search exhaustive"),
-        )?;
+        table_section(page, &format!("{REF} --concurrency 64"))?;
+        table_section(page, &format!("{REF} --concurrency 32 --search exhaustive"))?;
     }
 
+    Ok(())
+}
+
+/// ME's three models, and (not in a quick run) the local search checked
+/// against the exhaustive one: the mismatch count, for the verdict.
+fn three_models(page: &mut Page, q: bool) -> Result<Vec<f64>> {
     page.section("3 models (ME)");
     page.para(
         "ME modelled as choosing the writer of every token by ensemble weights 0.5, 0.3, 0.2: \
@@ -234,10 +280,10 @@ fn main() -> Result<()> {
          N^M <= 64 (N <= 4), local above; the exhaustive rows after it check the local search.",
     );
     let me = table_section(
-        &mut page,
+        page,
         &format!(
             "--latencies-ms 6.0,12.0,27.9 {ME} --concurrency 1..{}",
-            upto(8)
+            upto(q, 8)
         ),
     )?;
     // Concurrencies where the local search's B* is not the exhaustive one
@@ -245,7 +291,7 @@ fn main() -> Result<()> {
     let mut mismatches = Vec::new();
     if !q {
         let exhaustive = table_section(
-            &mut page,
+            page,
             &format!("--latencies-ms 6.0,12.0,27.9 {ME} --concurrency 5,6,7,8 --search exhaustive"),
         )?;
         let same: Vec<String> = exhaustive
@@ -270,9 +316,15 @@ fn main() -> Result<()> {
         mismatches.push(differ as f64);
     }
 
+    Ok(mismatches)
+}
+
+/// The reference table again at delta = 0.3 ms: the same B*, the same
+/// throughput.
+fn independent_of_delta(page: &mut Page, reference: &[Vec<String>], n16: usize) -> Result<()> {
     page.section("Results do not depend on delta");
     let d = table_section(
-        &mut page,
+        page,
         &format!(
             "--latencies-ms 6.0,27.9 --transition [[0.65,0.35],[1,0]] --credit [[1,0],[1,0]] \
              --delta-ms 0.3 --concurrency 1..{n16}"
@@ -293,13 +345,18 @@ fn main() -> Result<()> {
         if same_b { "the same" } else { "DIFFERENT" }
     ));
 
+    Ok(())
+}
+
+/// Batch-dependent latency, non-geometric gaps, and the solver's limits.
+fn latency_table_gaps_limits(page: &mut Page, q: bool, n16: usize) -> Result<()> {
     page.section("Batch-dependent latency (`--latency-table`)");
     page.para(
         "An illustrative table (not a measurement): latency grows with the batch, interpolated \
          linearly between points. Each batch size has its own step length, so more phases are \
          reachable than with constant latency.",
     );
-    table_section(&mut page, &format!("{TABLE} --concurrency 1..{n16}"))?;
+    table_section(page, &format!("{TABLE} --concurrency 1..{n16}"))?;
 
     page.section("Non-geometric gaps (`--simulate --gap-samples`)");
     page.para(
@@ -307,7 +364,7 @@ fn main() -> Result<()> {
          for this P). With an empirical gap distribution the simulation is the evaluator:",
     );
     text_section(
-        &mut page,
+        page,
         &format!(
             "{REF} --concurrency 4 --simulate --sim-events {} --gap-samples [[1,1,2,2,3,3,4,8],null]",
             if q { 30000 } else { 300000 }
@@ -324,18 +381,5 @@ fn main() -> Result<()> {
          machine's load (see the load average above).",
     );
 
-    let verdict = targets::verdict(
-        "Concurrencies where the local search's B* differs from the exhaustive one (3 models)",
-        "tuner.local_vs_exhaustive_mismatches_max",
-        Goal::AtMost,
-        mismatches,
-    )?;
-    targets::section(&mut page, &[verdict]);
-
-    print!("{}", page.render());
-    if let Some(path) = &args.out {
-        page.write(path)
-            .with_context(|| format!("write {}", path.display()))?;
-    }
     Ok(())
 }
