@@ -99,18 +99,7 @@ pub(crate) fn build_embedded_chain(
                 concurrency: n,
                 witness: s.describe(inputs.names()),
             })?;
-        // Count down every running step; the ones reaching zero end and become idle.
-        let mut base = s;
-        ending_steps.clear();
-        for m in 0..models {
-            let r = s.remaining(m);
-            if r == dt {
-                base = base.with_model(m, s.waiting(m), 0, 0);
-                ending_steps.push((m, s.batch(m)));
-            } else if r > dt {
-                base = base.with_model(m, s.waiting(m), s.batch(m), r - dt);
-            }
-        }
+        let base = count_down(s, dt, models, &mut ending_steps);
         for &(m, b) in &ending_steps {
             if outcomes[m][b].is_none() {
                 outcomes[m][b] = Some(multinomial_outcomes(&inputs.transition()[m], b));
@@ -160,24 +149,54 @@ pub(crate) fn build_embedded_chain(
                 break;
             }
         }
-        row.sort_unstable_by_key(|e| e.0);
-        let mut last: Option<u32> = None;
-        for &(id, p) in &row {
-            if last == Some(id) {
-                if let Some(q) = chain.prob.last_mut() {
-                    *q += p;
-                }
-            } else {
-                chain.target.push(id);
-                chain.prob.push(p);
-                last = Some(id);
-            }
-        }
-        chain.row_start.push(chain.target.len());
-        chain.dt.push(dt);
+        chain.push_row(&mut row, dt);
         i += 1;
     }
     Ok(chain)
+}
+
+/// `s` after `dt` slots: every running step counts down, and the ones
+/// reaching zero end (listed in `ending` with their batch) and go idle.
+fn count_down(
+    s: PackedState,
+    dt: u32,
+    models: usize,
+    ending: &mut Vec<(usize, usize)>,
+) -> PackedState {
+    let mut base = s;
+    ending.clear();
+    for m in 0..models {
+        let r = s.remaining(m);
+        if r == dt {
+            base = base.with_model(m, s.waiting(m), 0, 0);
+            ending.push((m, s.batch(m)));
+        } else if r > dt {
+            base = base.with_model(m, s.waiting(m), s.batch(m), r - dt);
+        }
+    }
+    base
+}
+
+impl EmbeddedChain {
+    /// Appends one state's row: transitions to the same target merged
+    /// (their probabilities summed), targets in ascending order.
+    fn push_row(&mut self, row: &mut [(u32, f64)], dt: u32) {
+        row.sort_unstable_by_key(|e| e.0);
+        let mut last: Option<u32> = None;
+        for &(id, p) in row.iter() {
+            if last == Some(id) {
+                if let Some(q) = self.prob.last_mut() {
+                    *q += p;
+                }
+            } else {
+                self.target.push(id);
+                self.prob.push(p);
+                last = Some(id);
+            }
+        }
+        self.row_start.push(self.target.len());
+        self.dt.push(dt);
+    }
 }
 
 /// All ways `batch` requests leaving a step split over destinations with positive probability.
