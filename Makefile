@@ -168,7 +168,7 @@ run: run-assets
 	$(BIN) serve
 
 # Crates whose module graph must stay free of cycles (`make lint`).
-MODGRAPH_CRATES := protocol textio engine-config kernels model-files policies subserver gateway tuner crds operator loadgen test-support
+MODGRAPH_CRATES := protocol textio engine-config kernels model-files policies subserver engine-bench gateway tuner crds operator loadgen test-support
 
 lint:
 	cargo fmt --all --check

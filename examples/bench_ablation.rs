@@ -14,11 +14,11 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Parser;
+use engine_bench::profile::{RelativeCosts, StepProfile};
+use engine_bench::sim_bench::{run, BenchMode, SimBenchOptions};
 use loadgen::page::Page;
 use loadgen::plot::{chart, Series, Style};
 use loadgen::verdict::NOISY_LOAD;
-use subserver::bench::profile::{RelativeCosts, StepProfile};
-use subserver::bench::sim_bench::{run, BenchMode, SimBenchOptions};
 use tuner::{best, predict, StepLatency, TunerInputs};
 
 #[derive(Parser)]

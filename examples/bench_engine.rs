@@ -29,10 +29,10 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use engine_bench::profile::{context_points, decode_run, StepProfile};
 use loadgen::page::Page;
 use loadgen::verdict::NOISY_LOAD;
 use rand::{Rng, SeedableRng};
-use subserver::bench::profile::{context_points, decode_run, StepProfile};
 use subserver::config::{cpu_bf16_flags, DType, DTypeSetting, DeviceSpec, KvBudget};
 use subserver::engine::EngineLimits;
 use subserver::policy::{build, Placement};

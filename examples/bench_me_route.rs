@@ -12,9 +12,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::Parser;
+use engine_bench::me_route::{run, MeRouteOptions, MeRouteRun};
 use loadgen::page::Page;
 use loadgen::verdict::Goal;
-use subserver::bench::me_route::{run, MeRouteOptions, MeRouteRun};
 
 #[allow(dead_code)] // Each bench uses its own part of the shared support.
 #[path = "support/targets.rs"]

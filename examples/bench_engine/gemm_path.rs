@@ -5,8 +5,8 @@
 //! through `TOKENROUTER_CPU_GEMM`.
 
 use anyhow::Result;
+use engine_bench::profile::decode_run;
 use loadgen::page::Page;
-use subserver::bench::profile::decode_run;
 use subserver::model::linear::{Gemm, CPU_GEMM_ENV};
 use tch::{Device, Kind};
 

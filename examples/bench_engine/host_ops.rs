@@ -4,8 +4,8 @@
 //! loop, with the libtorch calls each makes per step.
 
 use anyhow::Result;
+use engine_bench::profile::{decode_run_with, DecodePaths, DecodeRun};
 use loadgen::page::Page;
-use subserver::bench::profile::{decode_run_with, DecodePaths, DecodeRun};
 
 use super::BareRuns;
 

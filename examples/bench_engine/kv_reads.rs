@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use anyhow::Result;
+use engine_bench::profile::{decode_run_with, DecodePaths};
 use loadgen::page::Page;
-use subserver::bench::profile::{decode_run_with, DecodePaths};
 use subserver::config::DType;
 use subserver::model::paged_cpu::CpuAttention;
 

@@ -113,7 +113,7 @@ pub fn run_gen_random(a: GenRandomArgs) -> anyhow::Result<()> {
     }
     if a.no_save {
         let device = a.device.parse::<subserver::config::DeviceSpec>()?;
-        let r = subserver::bench::random_model::build_and_time(&cfg, a.seed, dtype, device)?;
+        let r = engine_bench::random_model::build_and_time(&cfg, a.seed, dtype, device)?;
         println!(
             "{} {} layers, {:.2}B parameters ({dtype}) built on {device} in {:.1}s; \
              prefill {:.0} tok/s (8 x 128 tokens); decode {:.1} tok/s (batch 8)",

@@ -3,7 +3,7 @@
 //! over random-weight models built on `--device` (the GPU benchmark).
 
 use anyhow::Result;
-use subserver::bench::sim_bench::{run as run_bench, BenchMode, SimBenchOptions, TchModels};
+use engine_bench::sim_bench::{run as run_bench, BenchMode, SimBenchOptions, TchModels};
 use subserver::cuda::parse_switch;
 
 /// Arguments of `sim-bench`.

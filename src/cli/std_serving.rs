@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use subserver::bench::forwarder::{generate, StdServers};
 use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
+use subserver::std_serving::{generate, StdServers};
 
 /// Arguments of `std-serving`.
 #[derive(Debug, clap::Args)]
@@ -89,7 +89,7 @@ pub fn run(args: StdServingArgs) -> Result<()> {
 fn serve(
     cfg: &EngineConfig,
     servers: StdServers,
-    rule: subserver::bench::forwarder::ForwardRule,
+    rule: subserver::std_serving::ForwardRule,
     tokenizer: subserver::tokenizer::TextTokenizer,
     host: Option<String>,
     port: Option<u16>,

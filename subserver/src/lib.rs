@@ -2,6 +2,9 @@
 //! import), the decoder architectures, the paged KV cache with its radix
 //! prefix cache, the `ModelRunner` seam, sampling and the batch engine.
 
+/// The engine config (crate `engine-config`, torch-free; re-exported so
+/// `subserver::config::...` paths stay).
+pub use engine_config as config;
 /// Model files: GGUF, safetensors, HF folders, random presets (crate
 /// `model-files`, torch-free without its `tch` feature; re-exported so
 /// `subserver::assets::...` paths stay).
@@ -9,10 +12,6 @@ pub use model_files as assets;
 /// The asset error (crate `model-files`; re-exported so
 /// `subserver::asset_error::...` paths stay).
 pub use model_files::error as asset_error;
-pub mod bench;
-/// The engine config (crate `engine-config`, torch-free; re-exported so
-/// `subserver::config::...` paths stay).
-pub use engine_config as config;
 pub mod cuda;
 pub mod device;
 pub mod engine;
@@ -36,6 +35,7 @@ pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod service;
+pub mod std_serving;
 /// Tokenizers and chat templates (crate `textio`, torch-free; re-exported
 /// so `subserver::tokenizer::...` paths stay).
 pub use textio as tokenizer;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use protocol::client::{RequestError, StreamEvent, Usage};
 use protocol::sampling::{FinishReason, SamplingParams};
-use subserver::bench::forwarder::{generate, ForwardRule, StdServers};
 use subserver::sampling::StopChecker;
+use subserver::std_serving::{generate, ForwardRule, StdServers};
 use subserver::tokenizer::TextTokenizer;
 
 use super::{Backend, Submission};

@@ -3,6 +3,10 @@
 //! an external forwarder that asks for ONE token per call. Every call is a new
 //! request (the servers reuse KV through their prefix caches); after each
 //! token the same routing rule as TokenRouter's picks the next writer.
+//!
+//! `tokenrouter std-serving` runs it, and with `--serve` the gateway's
+//! std-serving backend answers with it; `sim-bench` (crate `engine-bench`)
+//! compares TokenRouter against it.
 
 use tokio::sync::mpsc::UnboundedReceiver;
 

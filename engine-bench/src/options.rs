@@ -2,9 +2,9 @@
 //! costs (or the real models) and the load, and their validation.
 
 use serde::Serialize;
+use subserver::error::EngineError;
 
-use crate::bench::stagger::Stagger;
-use crate::error::EngineError;
+use crate::stagger::Stagger;
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -104,9 +104,9 @@ pub struct TchModels {
 }
 
 /// Tokens each request may write: long enough that few requests end while measuring.
-pub(super) const LONG_ANSWER: usize = 8000;
+pub(crate) const LONG_ANSWER: usize = 8000;
 
-pub(super) fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
+pub(crate) fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
     let bad = |m: String| Err(EngineError::InvalidRequest(m));
     if o.latencies_ms.len() != 2 {
         return bad(format!(
@@ -139,13 +139,13 @@ pub(super) fn validate(o: &SimBenchOptions) -> Result<(), EngineError> {
 }
 
 /// Tokens each request may write without a cap.
-pub(super) fn answer_tokens(o: &SimBenchOptions) -> usize {
+pub(crate) fn answer_tokens(o: &SimBenchOptions) -> usize {
     o.tch
         .as_ref()
         .map_or(o.output_cap.unwrap_or(LONG_ANSWER), |t| t.answer_tokens)
 }
 
 /// The staggered start of a run: only simulated models take a cap.
-pub(super) fn stagger(o: &SimBenchOptions) -> Stagger {
+pub(crate) fn stagger(o: &SimBenchOptions) -> Stagger {
     Stagger::new(o.output_cap.filter(|_| o.tch.is_none()), o.concurrency)
 }

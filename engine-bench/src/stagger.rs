@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::EngineError;
+use subserver::error::EngineError;
 
 /// Tokens each client commits before the free start-up ends: enough that
 /// at a hand-over probability of 0.35 the large model has seen every

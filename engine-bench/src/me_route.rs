@@ -8,15 +8,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::LatencyModel;
-use crate::engine::EngineLimits;
-use crate::peer::message::ModelIdx;
-use crate::runner::sim::SimRunner;
-use crate::sampling::SamplingParams;
-use crate::scheduler::batching::ExecutionMode;
-use crate::scheduler::client::StreamEvent;
-use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 use policies::{build_in, Placement, PolicyEnv};
+use subserver::config::LatencyModel;
+use subserver::engine::EngineLimits;
+use subserver::peer::message::ModelIdx;
+use subserver::runner::sim::SimRunner;
+use subserver::sampling::SamplingParams;
+use subserver::scheduler::batching::ExecutionMode;
+use subserver::scheduler::client::StreamEvent;
+use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
 
 /// What to run.
 #[derive(Debug, Clone)]

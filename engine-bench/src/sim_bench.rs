@@ -9,32 +9,32 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
-
-use crate::bench::forwarder::{self, ForwardRule, StdServers};
-use crate::bench::options::{answer_tokens, stagger, validate};
-pub use crate::bench::options::{BenchMode, SimBenchOptions, TchModels};
-use crate::bench::random_init::random_weights;
-use crate::bench::stagger::Stagger;
-use crate::config::LatencyModel;
-use crate::config::{DType, DeviceSpec};
-use crate::cuda::CudaOptions;
-use crate::engine::EngineLimits;
-use crate::error::EngineError;
-use crate::model::decoder::Decoder;
-use crate::model::dir::ModelDir;
-use crate::runner::memory::KvBudget;
-use crate::runner::sim::SimRunner;
-use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use crate::runner::ModelRunner;
-use crate::sampling::SamplingParams;
-use crate::scheduler::batching::ExecutionMode;
-use crate::scheduler::client::StreamEvent;
-use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 use model_files::dtype::StorageDtype;
 use model_files::random::Preset;
 use model_files::AssetError;
 use policies::{build, Placement};
+use serde::Serialize;
+use subserver::config::LatencyModel;
+use subserver::config::{DType, DeviceSpec};
+use subserver::cuda::CudaOptions;
+use subserver::engine::EngineLimits;
+use subserver::error::EngineError;
+use subserver::model::decoder::Decoder;
+use subserver::model::dir::ModelDir;
+use subserver::runner::memory::KvBudget;
+use subserver::runner::sim::SimRunner;
+use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use subserver::runner::ModelRunner;
+use subserver::sampling::SamplingParams;
+use subserver::scheduler::batching::ExecutionMode;
+use subserver::scheduler::client::StreamEvent;
+use subserver::scheduler::group::{Group, GroupSettings, MemberSpec};
+use subserver::std_serving::{self, ForwardRule, StdServers};
+
+use crate::options::{answer_tokens, stagger, validate};
+pub use crate::options::{BenchMode, SimBenchOptions, TchModels};
+use crate::random_init::random_weights;
+use crate::stagger::Stagger;
 
 /// What a run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -80,7 +80,7 @@ fn runner(
         .parse()
         .map_err(|e| bad(format!("--device: {e}")))?;
     let device: tch::Device = device.into();
-    crate::device::ensure_device(device)?;
+    subserver::device::ensure_device(device)?;
     let cfg = preset.config(StorageDtype::Bf16);
     let kind: tch::Kind = dtype.into();
     let weights = random_weights(&cfg, o.seed as i64 + m as i64, kind, device)?;
@@ -279,8 +279,9 @@ fn group_shutdown(group: Arc<Group>) -> Option<Group> {
     }
 }
 
-fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
-    let start = stagger(o);
+/// The two single-model servers of the Std. Serving run (small, then
+/// large), each a one-member group running `Single` with eager steps.
+fn std_servers(o: &SimBenchOptions, start: &Stagger) -> Result<StdServers, EngineError> {
     let mut servers = Vec::new();
     for m in 0..2usize {
         let at = Placement {
@@ -292,7 +293,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
             .map_err(|e| EngineError::InvalidRequest(e.to_string()))?;
         let member = MemberSpec {
             name: ["small", "large"][m].to_string(),
-            runner: runner(o, m, &start)?,
+            runner: runner(o, m, start)?,
             policy,
             tokenizer: None,
             thresholds: vec![1],
@@ -307,10 +308,15 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         };
         servers.push(Group::start(vec![member], settings));
     }
-    let servers = Arc::new(StdServers {
+    Ok(StdServers {
         servers,
         eos_ids: Vec::new(),
-    });
+    })
+}
+
+fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
+    let start = stagger(o);
+    let servers = Arc::new(std_servers(o, &start)?);
     let rule = ForwardRule {
         probability: o.route_probability,
         seed: o.seed,
@@ -336,7 +342,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
                 // draws) when one reaches its length.
                 let mut k = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    let _ = forwarder::generate(
+                    let _ = std_serving::generate(
                         &servers,
                         rule,
                         request_seed(o.seed, c, k),

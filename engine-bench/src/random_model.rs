@@ -3,15 +3,16 @@
 
 use std::time::Instant;
 
-use crate::bench::random_init::random_weights;
-use crate::config::{DType, DeviceSpec};
-use crate::error::EngineError;
-use crate::model::decoder::Decoder;
-use crate::model::dir::ModelDir;
-use crate::runner::memory::KvBudget;
-use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use crate::runner::{ModelRunner, StepBatch, StepItem};
 use model_files::hf_config::ModelConfig;
+use subserver::config::{DType, DeviceSpec};
+use subserver::error::EngineError;
+use subserver::model::decoder::Decoder;
+use subserver::model::dir::ModelDir;
+use subserver::runner::memory::KvBudget;
+use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use subserver::runner::{ModelRunner, StepBatch, StepItem};
+
+use crate::random_init::random_weights;
 
 const BATCH: usize = 8;
 const PROMPT: usize = 128;
@@ -40,7 +41,7 @@ pub fn build_and_time(
     device: DeviceSpec,
 ) -> Result<RandomModelReport, EngineError> {
     let device: tch::Device = device.into();
-    crate::device::ensure_device(device)?;
+    subserver::device::ensure_device(device)?;
     let kind: tch::Kind = dtype.into();
     let t0 = Instant::now();
     let weights = random_weights(cfg, seed as i64, kind, device)?;

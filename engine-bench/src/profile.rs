@@ -11,11 +11,11 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::config::{DType, KvBudget};
-use crate::error::EngineError;
-use crate::model::paged_cpu::CpuAttention;
-use crate::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use crate::runner::{ModelRunner, StepBatch, StepItem};
+use subserver::config::{DType, KvBudget};
+use subserver::error::EngineError;
+use subserver::model::paged_cpu::CpuAttention;
+use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
+use subserver::runner::{ModelRunner, StepBatch, StepItem};
 
 /// Step times of one model.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -9,10 +9,10 @@ use std::path::Path;
 use indicatif::{ProgressBar, ProgressStyle};
 use tch::{Device, Kind, Tensor};
 
-use crate::error::EngineError;
-use crate::model::weights::Weights;
 use model_files::hf_config::ModelConfig;
 use model_files::{tensor_specs, InitKind};
+use subserver::error::EngineError;
+use subserver::model::weights::Weights;
 
 /// Every tensor `cfg` needs, initialised on `device` as `kind`.
 pub fn random_weights(
