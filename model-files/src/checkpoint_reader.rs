@@ -104,13 +104,12 @@ impl Checkpoint {
 
     /// One tensor's dtype, shape and bytes.
     pub fn tensor(&self, name: &str) -> Result<TensorRef<'_>, AssetError> {
-        let t = self
-            .tensors
-            .get(name)
-            .ok_or_else(|| AssetError::Load(crate::LoadError::MissingTensor {
+        let t = self.tensors.get(name).ok_or_else(|| {
+            AssetError::Load(crate::LoadError::MissingTensor {
                 name: name.to_string(),
                 path: self.dir.clone(),
-            }))?;
+            })
+        })?;
         let (path, mmap) = &self.shards[t.shard];
         let dtype =
             StorageDtype::from_safetensors(t.dtype).ok_or_else(|| AssetError::Safetensors {
@@ -158,18 +157,20 @@ fn shard_files(dir: &Path) -> Result<Vec<PathBuf>, AssetError> {
             std::fs::read_to_string(&index_path).map_err(|e| AssetError::io(&index_path, e))?;
         let index: serde_json::Value =
             serde_json::from_str(&text).map_err(|e| AssetError::json(&index_path, e))?;
-        let map = index["weight_map"]
-            .as_object()
-            .ok_or_else(|| AssetError::Load(crate::LoadError::InvalidModel {
+        let map = index["weight_map"].as_object().ok_or_else(|| {
+            AssetError::Load(crate::LoadError::InvalidModel {
                 path: index_path.clone(),
                 reason: "`weight_map` is missing or not an object".into(),
-            }))?;
+            })
+        })?;
         let mut files: Vec<String> = Vec::new();
         for (name, file) in map {
-            let file = file.as_str().ok_or_else(|| AssetError::Load(crate::LoadError::InvalidModel {
-                path: index_path.clone(),
-                reason: format!("weight_map entry of `{name}` is not a file name"),
-            }))?;
+            let file = file.as_str().ok_or_else(|| {
+                AssetError::Load(crate::LoadError::InvalidModel {
+                    path: index_path.clone(),
+                    reason: format!("weight_map entry of `{name}` is not a file name"),
+                })
+            })?;
             if !files.iter().any(|f| f == file) {
                 files.push(file.to_string());
             }

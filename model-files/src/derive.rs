@@ -58,10 +58,12 @@ fn derive_into(
     let mut raw = read_json(&config_path)?;
     let cfg: ModelConfig =
         serde_json::from_value(raw.clone()).map_err(|e| AssetError::json(&config_path, e))?;
-    cfg.validate().map_err(|reason| AssetError::Load(crate::LoadError::InvalidModel {
-        path: config_path.clone(),
-        reason,
-    }))?;
+    cfg.validate().map_err(|reason| {
+        AssetError::Load(crate::LoadError::InvalidModel {
+            path: config_path.clone(),
+            reason,
+        })
+    })?;
     if layers == 0 || layers > cfg.num_hidden_layers {
         return Err(AssetError::InvalidArgument(format!(
             "--layers {layers}: must be between 1 and the {} layers of {}",

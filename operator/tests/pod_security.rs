@@ -3,6 +3,7 @@
 //! Kubernetes documentation defines it ("Pod Security Standards",
 //! kubernetes.io/docs/concepts/security/pod-security-standards/): the
 //! baseline rules plus the restricted ones. No cluster needed.
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
 
 use std::collections::BTreeMap;
 use std::path::Path;

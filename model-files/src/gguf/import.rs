@@ -101,12 +101,12 @@ fn import_into(
     }
     let specs = tensor_specs(&cfg);
     for spec in &specs {
-        let src = sources
-            .get(&spec.name)
-            .ok_or_else(|| AssetError::Load(crate::LoadError::MissingTensor {
+        let src = sources.get(&spec.name).ok_or_else(|| {
+            AssetError::Load(crate::LoadError::MissingTensor {
                 name: spec.name.clone(),
                 path: file.to_path_buf(),
-            }))?;
+            })
+        })?;
         if src.info.shape() != spec.shape {
             return Err(AssetError::TensorShape {
                 tensor: src.info.name.clone(),

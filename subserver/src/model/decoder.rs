@@ -85,12 +85,12 @@ impl Decoder {
         kind: Kind,
         device: Device,
     ) -> Result<Self, EngineError> {
-        let arch = cfg
-            .architecture()
-            .map_err(|reason| EngineError::Load(model_files::LoadError::InvalidModel {
+        let arch = cfg.architecture().map_err(|reason| {
+            EngineError::Load(model_files::LoadError::InvalidModel {
                 path: Default::default(),
                 reason,
-            }))?;
+            })
+        })?;
         let h = cfg.hidden_size as i64;
         let hd = cfg.head_dim() as i64;
         let nh = cfg.num_attention_heads as i64;

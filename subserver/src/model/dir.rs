@@ -37,18 +37,21 @@ impl ModelDir {
         let index = self.path.join("model.safetensors.index.json");
         if index.exists() {
             let text = std::fs::read_to_string(&index).map_err(|e| EngineError::io(&index, e))?;
-            let json: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| EngineError::Load(model_files::LoadError::InvalidModel {
+            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+                EngineError::Load(model_files::LoadError::InvalidModel {
                     path: index.clone(),
                     reason: e.to_string(),
-                }))?;
+                })
+            })?;
             let map = json
                 .get("weight_map")
                 .and_then(|m| m.as_object())
-                .ok_or_else(|| EngineError::Load(model_files::LoadError::InvalidModel {
-                    path: index.clone(),
-                    reason: "no `weight_map`".into(),
-                }))?;
+                .ok_or_else(|| {
+                    EngineError::Load(model_files::LoadError::InvalidModel {
+                        path: index.clone(),
+                        reason: "no `weight_map`".into(),
+                    })
+                })?;
             let mut files: Vec<PathBuf> = Vec::new();
             for file in map.values().filter_map(|v| v.as_str()) {
                 let p = self.path.join(file);

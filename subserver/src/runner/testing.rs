@@ -129,10 +129,12 @@ pub fn greedy_alone(
         };
         let mut out = r.forward(&batch)?.logits_rows()?;
         let row = out.remove(0);
-        let t = kernels::argmax(&row).ok_or_else(|| EngineError::Load(model_files::LoadError::InvalidModel {
-            path: Default::default(),
-            reason: "a step's logits row is empty or all NaN".into(),
-        }))?;
+        let t = kernels::argmax(&row).ok_or_else(|| {
+            EngineError::Load(model_files::LoadError::InvalidModel {
+                path: Default::default(),
+                reason: "a step's logits row is empty or all NaN".into(),
+            })
+        })?;
         item.start += item.tokens.len();
         item.tokens = vec![t];
         toks.push(t);
