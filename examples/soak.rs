@@ -33,6 +33,10 @@ mod clients;
 mod probes;
 #[path = "soak/report.rs"]
 mod report;
+// The soak reads one target; the verdict helpers are for the bench pages.
+#[allow(dead_code)]
+#[path = "support/targets.rs"]
+mod targets;
 
 use clients::{closed_loop, one_leak_request, Kind, Phase, KIND_NAMES};
 use probes::{busy_gauges, invariants, loadavg, open_fds, rss_kib, settle};
@@ -129,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
     soak.describe();
     let overload = soak.overload_run().await;
     soak.check_overload(&overload).await;
-    soak.write_overload(&overload);
+    soak.write_overload(&overload)?;
     let leak = soak.leak_run().await;
     soak.check_leak(&leak).await;
     soak.write_leak(&leak);

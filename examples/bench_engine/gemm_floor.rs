@@ -146,8 +146,9 @@ pub fn section(
         &rows,
     );
     if let Some((floor, bare, theirs, ceiling)) = at16.filter(|_| missed) {
-        let goal = theirs / super::VS_HF_TARGET;
-        let why = if ceiling < super::VS_HF_TARGET {
+        let target = super::targets::target("engine.vs_transformers_min")?;
+        let goal = theirs / target;
+        let why = if ceiling < target {
             format!(
                 "the GEMMs alone already take more than that, so no engine on these GEMMs can \
                  meet it: it needs cheaper GEMMs (fewer bytes per weight, as llama.cpp's 4-bit \
@@ -170,7 +171,7 @@ pub fn section(
              The weight GEMMs alone take {floor:.1} ms ({:.0}% of our bare step of {bare:.1} ms; \
              ceiling {ceiling:.2}x); {why}",
             100.0 * floor / bare,
-            t = super::VS_HF_TARGET,
+            t = target,
         ));
     }
     Ok(())
