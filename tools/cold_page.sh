@@ -4,6 +4,18 @@
 # array `steps` ("name|pattern": a step starts at the first make.log line
 # matching its pattern).
 
+# Sets page_only, work, src and targets from a script's arguments
+# ([--page-only] [WORK]); $1 is the default WORK.
+cold_args() {
+    local default=$1
+    shift
+    page_only=0
+    if [[ ${1:-} == --page-only ]]; then page_only=1; shift; fi
+    work=${1:-$default}
+    src=$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --show-toplevel)
+    targets=$src/tools/bench/targets.py
+}
+
 # Seconds since the start of the first make.log line matching $1, or empty.
 first_at() { grep -E -m1 -- "^[0-9]+ .*$1" "$work/make.log" | cut -d' ' -f1; }
 

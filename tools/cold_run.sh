@@ -6,17 +6,17 @@
 # Writes WORK/make.log (each line prefixed with the seconds since the start),
 # WORK/answer.json and WORK/result, then the page docs/results/cold-run.md
 # of this checkout (command, date, commit, machine, per-step times and the
-# verdict against the 15-minute target). The page's "## Earlier runs"
+# verdict against the target in tools/bench/targets.yaml: 15 minutes). The page's "## Earlier runs"
 # section, if any, is kept as it is.
 # Usage: tools/cold_run.sh [WORK]              (default /tmp/tokenrouter-cold-run)
 #        tools/cold_run.sh --page-only [WORK]  (rewrite the page from WORK's logs)
 set -uo pipefail
-page_only=0
-if [[ ${1:-} == --page-only ]]; then page_only=1; shift; fi
-work=${1:-/tmp/tokenrouter-cold-run}
-src=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+# first_at, mmss, machine, step_rows, cold_args
+# shellcheck source=tools/cold_page.sh
+. "$(dirname "$0")/cold_page.sh"
+cold_args /tmp/tokenrouter-cold-run "$@"
 page=${COLD_RUN_PAGE:-$src/docs/results/cold-run.md}
-target_s=$(python3 "$(dirname "$0")/bench/targets.py" cold.make_run_s_max) # tools/bench/targets.yaml
+target_s=$(python3 "$targets" cold.make_run_s_max) # tools/bench/targets.yaml
 
 # The steps of a cold `make run`, each starting at the first make.log line
 # that matches its pattern (make echoes each command before running it).
@@ -28,10 +28,6 @@ steps=(
     "heal (tools/heal/heal.py)|tools/heal/heal.py"
     "serve: load both models, answer the first request|tokenrouter serve$"
 )
-
-# first_at, mmss, machine, step_rows
-# shellcheck source=tools/cold_page.sh
-. "$(dirname "$0")/cold_page.sh"
 
 # The generated page, then the earlier runs kept from the old page.
 write_page() {

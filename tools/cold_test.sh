@@ -12,16 +12,16 @@
 # Writes WORK/make.log (each line prefixed with the seconds since the start)
 # and WORK/result, then docs/results/cold-test.md of this checkout (command,
 # date, commit, machine, per-step times, pass/fail and the verdict against
-# the 50-minute budget).
+# the budget in tools/bench/targets.yaml: 50 minutes).
 # Usage: tools/cold_test.sh [WORK]              (default /work/tokenrouter-cold-test)
 #        tools/cold_test.sh --page-only [WORK]  (rewrite the page from WORK's logs)
 set -uo pipefail
-page_only=0
-if [[ ${1:-} == --page-only ]]; then page_only=1; shift; fi
-work=${1:-/work/tokenrouter-cold-test}
-src=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+# first_at, mmss, machine, step_rows, cold_args
+# shellcheck source=tools/cold_page.sh
+. "$(dirname "$0")/cold_page.sh"
+cold_args /work/tokenrouter-cold-test "$@"
 page=${COLD_TEST_PAGE:-$src/docs/results/cold-test.md}
-budget_s=$(python3 "$(dirname "$0")/bench/targets.py" cold.make_test_s_max) # tools/bench/targets.yaml
+budget_s=$(python3 "$targets" cold.make_test_s_max) # tools/bench/targets.yaml
 
 # The steps of `make test` in the order make runs them, each starting at the
 # first make.log line that matches its pattern (make echoes each command).
@@ -33,10 +33,6 @@ steps=(
     "gateway without default features|cargo test --release -p gateway --no-default-features"
     "node flow: test images (Debian base, CPU engine, operator), localnode unit tests, flow.py|tools/images/build.sh test"
 )
-
-# first_at, mmss, machine, step_rows
-# shellcheck source=tools/cold_page.sh
-. "$(dirname "$0")/cold_page.sh"
 
 field() { sed -n "s/^$1 //p" "$work/result"; }
 
