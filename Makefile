@@ -103,8 +103,13 @@ $(QWEN_TOK): $(CACHE)/.torch-min.stamp
 
 # --- Build -------------------------------------------------------------------
 
+# Every build here names --workspace: cargo then resolves dependencies with
+# the workspace's features, the set `make test`'s workspace test uses, so a
+# cold `make test` compiles each dependency once (a -p or root-only build
+# resolves another set, and the test recompiled serde_json, kube, k8s-openapi
+# and their dependents).
 build: $(CACHE)/.torch-min.stamp
-	cargo build --release --bin tokenrouter
+	cargo build --release --workspace --bin tokenrouter
 
 # --- Models ------------------------------------------------------------------
 
@@ -335,6 +340,8 @@ hadolint: $(HADOLINT)
 # checkov (PyPI, its own venv) over the chart and the objects the operator
 # renders for each example (operator/examples/render.rs); a finding is fixed,
 # or skipped where it is rendered with the reason (see docs/kubernetes.md).
+# The example builds with --workspace (see `build`): with `-p operator`
+# alone a cold `make test` compiled kube and k8s-openapi twice (191 s).
 CHECKOV_VERSION := 3.3.30
 CHECKOV_VENV    := $(CACHE)/venv-checkov
 
@@ -347,7 +354,7 @@ $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION):
 checkov: $(CHECKOV_VENV)/.stamp-$(CHECKOV_VERSION) k8s-kit
 	rm -rf $(TARGET_DIR)/checkov && mkdir -p $(TARGET_DIR)/checkov
 	PATH=$(K8S_BIN):$$PATH helm template tr charts/tokenrouter --namespace tokenrouter > $(TARGET_DIR)/checkov/chart.yaml
-	cargo build --release -q -p operator --example render
+	cargo build --release -q --workspace --example render
 	for f in examples/k8s/*.yaml; do \
 	  $(TARGET_DIR)/release/examples/render $$f > $(TARGET_DIR)/checkov/operator-$$(basename $$f) || exit 1; \
 	done
@@ -406,7 +413,7 @@ E2E_OUT      ?= $(CACHE)/e2e
 
 # The binaries the test images hold (images-test): the engine and the operator.
 node-binaries: build
-	cargo build --release -p operator --bin tokenrouter-operator
+	cargo build --release --workspace --bin tokenrouter-operator
 
 # The benchmark scripts' own tests (depth_table.py's verdicts against targets.yaml).
 test-bench-tools: venv
@@ -458,8 +465,8 @@ cuda-compile: nvcc venv
 
 # The GPU check's plumbing on the CPU (tiny models, short runs).
 gpu-check-dry: assets venv-ref
-	cargo build --release --bin tokenrouter
-	cargo build --release -p kernels --bin kernel-check
+	cargo build --release --workspace --bin tokenrouter
+	cargo build --release --workspace --bin kernel-check
 	rm -rf $(DRY_BUNDLE) && mkdir -p $(DRY_BUNDLE)/bin
 	strip -o $(DRY_BUNDLE)/bin/tokenrouter $(BIN)
 	strip -o $(DRY_BUNDLE)/bin/kernel-check $(TARGET_DIR)/release/kernel-check

@@ -22,7 +22,7 @@ target_s=$(python3 "$targets" cold.make_run_s_max) # tools/bench/targets.yaml
 # that matches its pattern (make echoes each command before running it).
 steps=(
     "torch venv (torch wheel, no deps)|."
-    "\`cargo build --release --bin tokenrouter\`, with the reference venv and the GGUF download beside it|cargo build --release --bin tokenrouter"
+    "\`cargo build --release --workspace --bin tokenrouter\`, with the reference venv and the GGUF download beside it|cargo build --release --workspace --bin tokenrouter"
     "GGUF import and 12-layer exit|tokenrouter import-gguf"
     "teacher: the full model's answers and top-32 (tools/heal/teacher.py)|tools/heal/teacher.py"
     "heal (tools/heal/heal.py)|tools/heal/heal.py"
