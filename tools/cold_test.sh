@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times `make test` as CI meets it: a fresh clone of this checkout's HEAD
-# into a folder that holds nothing else (no `../shared` or any other
-# neighbour), with every cache the tests build empty: HOME (the Kubernetes
+# into a folder that holds nothing else (no sibling folder of any kind),
+# with every cache the tests build empty: HOME (the Kubernetes
 # test kit and Go's build cache live under it), CARGO_HOME (crates are
 # downloaded), pip's cache off, and podman's image storage in a new graph
 # root (the Debian base and the test images are built from scratch). The
@@ -51,7 +51,7 @@ write_page() {
         echo "| machine | $(machine) |"
         echo "| load average (1 min) | $(field load_start) at start, $(field load_end) at end |"
         echo
-        echo "\`git clone\` of the commit into \`$(field clone_parent)\`, a folder that holds"
+        echo "\`git clone\` of the commit into \`WORK/clone/\`, a folder that holds"
         echo "nothing else; then \`make test\` under \`env -i\` with only PATH, RUSTUP_HOME"
         echo "and these set to new empty folders: HOME (the test kit and Go's build"
         echo "cache), CARGO_HOME (crates downloaded), podman's storage (a new graph root:"
@@ -102,7 +102,6 @@ EOF
     echo "commit $(git -C "$work/clone/tokenrouter" rev-parse --short=10 HEAD)"
     echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "load_start $(cut -d' ' -f1 /proc/loadavg)"
-    echo "clone_parent $work/clone"
 } >"$work/result"
 start=$(date +%s)
 # The toolchain's directory and the system's, nothing of this shell's PATH.
