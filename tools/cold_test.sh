@@ -13,13 +13,13 @@
 # and WORK/result, then docs/results/cold-test.md of this checkout (command,
 # date, commit, machine, per-step times, pass/fail and the verdict against
 # the budget in tools/bench/targets.yaml: 50 minutes).
-# Usage: tools/cold_test.sh [WORK]              (default /work/tokenrouter-cold-test)
+# Usage: tools/cold_test.sh [WORK]              (default ${TMPDIR:-/var/tmp}/tokenrouter-cold-test: ~20 GB, on disk)
 #        tools/cold_test.sh --page-only [WORK]  (rewrite the page from WORK's logs)
 set -uo pipefail
 # first_at, mmss, machine, step_rows, cold_args
 # shellcheck source=tools/cold_page.sh
 . "$(dirname "$0")/cold_page.sh"
-cold_args /work/tokenrouter-cold-test "$@"
+cold_args "${TMPDIR:-/var/tmp}/tokenrouter-cold-test" "$@"
 page=${COLD_TEST_PAGE:-$src/docs/results/cold-test.md}
 budget_s=$(python3 "$targets" cold.make_test_s_max) # tools/bench/targets.yaml
 
