@@ -78,12 +78,25 @@ async fn degraded(client: &Client, ns: &str, name: &str) -> Option<(String, Stri
 }
 
 async fn wait_degraded(client: &Client, ns: &str, name: &str, reason: &str) -> String {
+    wait_degraded_saying(client, ns, name, reason, "").await
+}
+
+/// As [`wait_degraded`], until the message also contains `part`: the
+/// operator may write the condition before everything it names (an Event
+/// about a claim) exists, and looks again on its recheck period.
+async fn wait_degraded_saying(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+    part: &str,
+) -> String {
     wait_for(
-        &format!("Degraded=True {reason}"),
+        &format!("Degraded=True {reason} saying {part:?}"),
         vec![changes(&trds(client, ns))],
         || async {
             let (status, r, message) = degraded(client, ns, name).await?;
-            (status == "True" && r == reason).then_some(message)
+            (status == "True" && r == reason && message.contains(part)).then_some(message)
         },
     )
     .await
@@ -191,7 +204,8 @@ async fn missing_secret_and_pvc_and_an_unbound_pvc_are_conditions_that_clear() {
         .create(&PostParams::default(), &failed)
         .await
         .unwrap();
-    let message = wait_degraded(&client, &ns, "refs", "PVCNotBound").await;
+    let message =
+        wait_degraded_saying(&client, &ns, "refs", "PVCNotBound", "ProvisioningFailed").await;
     assert_eq!(
         message,
         "PersistentVolumeClaim weights (source of model big) is Pending, not Bound \
