@@ -2,7 +2,6 @@
 
 pub mod assets;
 pub mod generate;
-pub mod generate_batch;
 pub mod router;
 pub mod serve;
 pub mod sim_bench;

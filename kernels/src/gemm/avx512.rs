@@ -12,8 +12,7 @@ use std::arch::x86_64::*;
 
 use half::bf16;
 
-use super::micro::Acc;
-use super::{BLOCK_ROWS, PANEL};
+use super::{Acc, BLOCK_ROWS, PANEL};
 
 /// Weight steps (32 bytes each) the loop prefetches ahead: 4 KiB. The
 /// weights stream from memory once per call and the hardware prefetcher

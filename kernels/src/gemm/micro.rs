@@ -5,11 +5,8 @@
 
 use half::bf16;
 
-use super::{BLOCK_ROWS, PANEL};
+use super::{Acc, BLOCK_ROWS, PANEL};
 use crate::elem::KvElem;
-
-/// Accumulators of one block: `acc[i][c]`, row `i`, column `c` of the panel.
-pub(crate) type Acc = [[f32; PANEL]; BLOCK_ROWS];
 
 /// Sums `xt` (`[k][rows]`, f32) against `panel` (`[k][16]`, bf16):
 /// `acc[i][c] = Σ_k xt[k][i] · panel[k][c]`.

@@ -36,6 +36,9 @@ pub const PANEL: usize = 16;
 /// registers.
 pub const BLOCK_ROWS: usize = 16;
 
+/// Accumulators of one block: `acc[i][c]`, row `i`, column `c` of the panel.
+pub(crate) type Acc = [[f32; PANEL]; BLOCK_ROWS];
+
 /// Arguments that do not fit together.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("gemm: {0}")]

@@ -10,7 +10,7 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::task::{HeadMath, TILE};
+use super::head_math::{HeadMath, TILE};
 use super::KvElem;
 
 /// AVX-512 (see the module docs).

@@ -11,6 +11,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+mod head_math;
 mod plan;
 mod task;
 

@@ -56,25 +56,6 @@ pub fn hash(data: &BTreeMap<String, String>) -> String {
     format!("{:016x}", h.finish())
 }
 
-/// The engine config's `generation_config` (sampling defaults) from
-/// `spec.generationConfig`, in the engine's spelling; `None` when unset.
-pub fn generation_section(trd: &TokenRouterDeployment) -> Option<serde_json::Value> {
-    let g = trd.spec.generation_config.as_ref()?;
-    let mut out = serde_json::Map::new();
-    let fields = [
-        ("temperature", g.temperature.map(serde_json::Value::from)),
-        ("top_p", g.top_p.map(serde_json::Value::from)),
-        ("top_k", g.top_k.map(serde_json::Value::from)),
-        ("min_p", g.min_p.map(serde_json::Value::from)),
-    ];
-    for (key, value) in fields {
-        if let Some(v) = value {
-            out.insert(key.to_string(), v);
-        }
-    }
-    (!out.is_empty()).then_some(serde_json::Value::Object(out))
-}
-
 /// The engine ConfigMap.
 pub fn engine(trd: &TokenRouterDeployment, data: BTreeMap<String, String>) -> ConfigMap {
     ConfigMap {

@@ -167,10 +167,29 @@ pub fn render(
     };
     cfg.insert("transport".into(), transport);
     cfg.insert("gateway".into(), gateway_section(trd));
-    if let Some(g) = super::config::generation_section(trd) {
+    if let Some(g) = generation_section(trd) {
         cfg.insert("generation_config".into(), g);
     }
     Value::Object(cfg)
+}
+
+/// The engine config's `generation_config` (sampling defaults) from
+/// `spec.generationConfig`, in the engine's spelling; `None` when unset.
+fn generation_section(trd: &TokenRouterDeployment) -> Option<Value> {
+    let g = trd.spec.generation_config.as_ref()?;
+    let mut out = Map::new();
+    let fields = [
+        ("temperature", g.temperature.map(Value::from)),
+        ("top_p", g.top_p.map(Value::from)),
+        ("top_k", g.top_k.map(Value::from)),
+        ("min_p", g.min_p.map(Value::from)),
+    ];
+    for (key, value) in fields {
+        if let Some(v) = value {
+            out.insert(key.to_string(), v);
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
 }
 
 /// libtorch threads of the process that reads the config: model `model`'s

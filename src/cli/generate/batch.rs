@@ -12,7 +12,8 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use subserver::sampling::{FinishReason, SamplingParams};
 
-use super::generate::{GenerateArgs, Setup};
+use super::setup::Setup;
+use super::GenerateArgs;
 
 /// One line of the prompts file.
 #[derive(Debug, Deserialize)]
