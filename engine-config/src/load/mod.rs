@@ -164,23 +164,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         .into_iter()
         .unzip();
 
-    let entry = match raw_system.entry_model.as_deref() {
-        None => {
-            return Err(ConfigError::invalid(
-                "system.entry_model",
-                format!(
-                    "required: the model that admits requests (models: {})",
-                    names.join(", ")
-                ),
-            ))
-        }
-        Some(name) => names.iter().position(|n| n == name).ok_or_else(|| {
-            ConfigError::invalid(
-                "system.entry_model",
-                format!("\"{name}\" is not a model (models: {})", names.join(", ")),
-            )
-        })?,
-    };
+    let entry = entry_index(raw_system.entry_model.as_deref(), &names)?;
 
     let policy = policy::build_policy(
         raw.scheduler_class,
@@ -194,20 +178,7 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         policy::build_thresholds(raw.delayed_batching_threshold.as_ref(), &official, &names)?;
 
     let max_batch_wait_ms = raw.max_batch_wait_ms.unwrap_or(DEFAULT_MAX_BATCH_WAIT_MS);
-    if !(max_batch_wait_ms.is_finite() && max_batch_wait_ms > 0.0) {
-        return Err(ConfigError::invalid(
-            "max_batch_wait_ms",
-            format!("must be a finite number > 0 (got {max_batch_wait_ms})"),
-        ));
-    }
-    if let Some(share) = raw.target_large_share {
-        if !(share > 0.0 && share < 1.0) {
-            return Err(ConfigError::invalid(
-                "target_large_share",
-                format!("must be in (0, 1) (got {share})"),
-            ));
-        }
-    }
+    check_wait_and_share(max_batch_wait_ms, raw.target_large_share)?;
     let execution_mode = raw.execution_mode.unwrap_or(ExecutionMode::AsyncDelayed);
     let transport = build_transport(raw.transport, &names, env)?;
     check_mode_fits_transport(execution_mode, &transport)?;
@@ -246,6 +217,45 @@ fn build(raw: RawConfig, base_dir: PathBuf, env: Env) -> Result<EngineConfig, Co
         base_dir,
         source: None,
     })
+}
+
+/// The index of `system.entry_model` among the models.
+fn entry_index(name: Option<&str>, names: &[String]) -> Result<usize, ConfigError> {
+    let Some(name) = name else {
+        return Err(ConfigError::invalid(
+            "system.entry_model",
+            format!(
+                "required: the model that admits requests (models: {})",
+                names.join(", ")
+            ),
+        ));
+    };
+    names.iter().position(|n| n == name).ok_or_else(|| {
+        ConfigError::invalid(
+            "system.entry_model",
+            format!("\"{name}\" is not a model (models: {})", names.join(", ")),
+        )
+    })
+}
+
+/// `max_batch_wait_ms` is a finite positive wait; `target_large_share`, if
+/// set, a share strictly between none and all.
+fn check_wait_and_share(wait_ms: f64, share: Option<f64>) -> Result<(), ConfigError> {
+    if !(wait_ms.is_finite() && wait_ms > 0.0) {
+        return Err(ConfigError::invalid(
+            "max_batch_wait_ms",
+            format!("must be a finite number > 0 (got {wait_ms})"),
+        ));
+    }
+    if let Some(share) = share {
+        if !(share > 0.0 && share < 1.0) {
+            return Err(ConfigError::invalid(
+                "target_large_share",
+                format!("must be in (0, 1) (got {share})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Serial and lockstep steps need a lock or barrier shared in one process;

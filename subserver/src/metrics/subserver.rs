@@ -55,11 +55,7 @@ impl SubserverMetrics {
                 "Requests handed to a peer whose KV this model keeps.",
                 model,
             )?,
-            kv_usage: GaugeVec::new(
-                Opts::new(names::KV_CACHE_USAGE_PERC, "Fraction of KV cache blocks in use (0..1)."),
-                model,
-            )
-            .map_err(|source| register_error(names::KV_CACHE_USAGE_PERC, source))?,
+            kv_usage: gauge(names::KV_CACHE_USAGE_PERC, "Fraction of KV cache blocks in use (0..1).", model)?,
             threshold: int_gauge(
                 names::DELAYED_BATCHING_THRESHOLD,
                 "Current delayed-batching threshold B: runnable requests needed to start a step.",
@@ -70,14 +66,11 @@ impl SubserverMetrics {
                 "Delayed-batching table in force: B at each active concurrency (beyond the last, the last holds).",
                 &["model", "concurrency"],
             )?,
-            routing_threshold: GaugeVec::new(
-                Opts::new(
-                    names::ROUTING_THRESHOLD,
-                    "Routing threshold as steered by target_large_share.",
-                ),
+            routing_threshold: gauge(
+                names::ROUTING_THRESHOLD,
+                "Routing threshold as steered by target_large_share.",
                 model,
-            )
-            .map_err(|source| register_error(names::ROUTING_THRESHOLD, source))?,
+            )?,
             concurrency: int_gauge(
                 names::ACTIVE_CONCURRENCY,
                 "Active requests in the group as seen by this model.",
@@ -112,14 +105,11 @@ impl SubserverMetrics {
                 "Steps by exact batch size (requests in the step).",
                 &["model", "batch_size"],
             )?,
-            step_seconds_by_batch: CounterVec::new(
-                Opts::new(
-                    names::STEP_SECONDS_BY_BATCH_TOTAL,
-                    "Wall seconds of the steps, by exact batch size.",
-                ),
+            step_seconds_by_batch: counter(
+                names::STEP_SECONDS_BY_BATCH_TOTAL,
+                "Wall seconds of the steps, by exact batch size.",
                 &["model", "batch_size"],
-            )
-            .map_err(|source| register_error(names::STEP_SECONDS_BY_BATCH_TOTAL, source))?,
+            )?,
             step_tokens: int_counter(
                 names::STEP_TOKENS_TOTAL,
                 "Tokens fed through the model's forward (prefill, catch-up and decode).",
@@ -322,6 +312,14 @@ impl SubserverMetrics {
 
 fn int_gauge(name: &'static str, help: &str, labels: &[&str]) -> Result<IntGaugeVec, MetricsError> {
     IntGaugeVec::new(Opts::new(name, help), labels).map_err(|source| register_error(name, source))
+}
+
+fn gauge(name: &'static str, help: &str, labels: &[&str]) -> Result<GaugeVec, MetricsError> {
+    GaugeVec::new(Opts::new(name, help), labels).map_err(|source| register_error(name, source))
+}
+
+fn counter(name: &'static str, help: &str, labels: &[&str]) -> Result<CounterVec, MetricsError> {
+    CounterVec::new(Opts::new(name, help), labels).map_err(|source| register_error(name, source))
 }
 
 fn int_counter(
