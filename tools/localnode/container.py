@@ -105,7 +105,7 @@ class Container(threading.Thread):
         cid = self.runtime.create(spec, env)
         self.cid = cid
         # Listening for an OOM before the command runs: a quick one would otherwise be missed.
-        pid = self.runtime.init(cid)
+        pid = self.runtime.init(cid, cwd=cdir)
         self.oom = runtime.OomWatch(pid) if pid else None
         with open(log_path, "ab") as out:
             proc = self.runtime.start(cid, out)

@@ -119,8 +119,8 @@ def create_args(c):
     return a
 
 
-def _run(args, env=None, timeout=120, check=True):
-    r = subprocess.run([PODMAN, *args], capture_output=True, text=True, env=env, timeout=timeout)
+def _run(args, env=None, timeout=120, check=True, cwd=None):
+    r = subprocess.run([PODMAN, *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
     if check and r.returncode != 0:
         raise RuntimeError(f"podman {' '.join(args[:1])}: {r.stderr.strip()[-500:]}")
     return r
@@ -150,10 +150,12 @@ class Podman:
         penv.update(env)
         return _run(create_args(spec), env=penv).stdout.strip()
 
-    def init(self, cid):
+    def init(self, cid, cwd=None):
         """Makes the container (cgroups, namespaces) without running its command; its Pid then is
         the runtime's init process, already in the container's cgroups."""
-        _run(["init", cid])
+        # conmon starts here and keeps this working directory: it drops a
+        # file named `oom` there when the container runs out of memory.
+        _run(["init", cid], cwd=cwd)
         return self.state(cid).get("Pid") or 0
 
     def start(self, cid, log_file):

@@ -539,6 +539,8 @@ class RuntimeTest(unittest.TestCase):
         self.assertEqual((term["reason"], term["exitCode"]), ("OOMKilled", 137), (st, out))
         args = json.loads(read(os.path.join(w.dir, "containers", "c", "launch.json")))["podman"]
         self.assertIn("--cpus", args)
+        # conmon's `oom` file lands in the container's folder, not in whatever folder the node runs in.
+        self.assertTrue(os.path.exists(os.path.join(w.dir, "containers", "c", "oom")))
 
     def test_a_missing_image_waits_in_image_pull_back_off_and_the_pod_stays(self):
         w = self.worker([{"name": "c", "image": "ghcr.io/nowhere/absent:9"}])
