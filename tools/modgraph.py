@@ -9,8 +9,8 @@ doc comments skipped) is resolved to the deepest module of the crate it
 reaches. At depth N, modules count as their ancestor N levels down, and a
 reference from a module to itself, to one of its descendants or to one of
 its ancestors is not an edge: a parent declares and re-exports its
-children, and a child may use what its parent holds; what must not happen
-is two modules that are neither reaching into each other.
+children, and a child may use what its parent holds. A cycle is two or
+more modules, none holding another, that reach each other.
 
 Without --depth every depth from 1 to the deepest module is checked, so a
 circle of two files in one folder (`a/x.rs` <-> `a/y.rs`) is found as well
@@ -61,7 +61,6 @@ def parse_tree(text, i, prefix, out):
                     return i + 1
                 if not (text[i].isalpha() or text[i] in "_{*"):
                     return i  # not a use tree after all
-            # unreachable
         m = SEGMENT.match(text, i)
         if not m:
             out.append(path)
@@ -70,11 +69,7 @@ def parse_tree(text, i, prefix, out):
         if name == "*":
             out.append(path)
             return i
-        if name == "self":
-            if path != list(prefix) or not prefix:
-                path.append(name)
-        else:
-            path.append(name)
+        path.append(name)  # `self` segments are dropped by `references`
         if text.startswith("::", i):
             i += 2
             continue
@@ -182,8 +177,8 @@ def main():
     for mod, path in files.items():
         text = strip_comments(open(path, encoding="utf-8").read())
         refs[mod] = {resolve(p, modules) for p in references(text, mod)}
-    deepest = max((len(m) for m in modules), default=1)
-    depths = [args.depth] if args.depth else range(1, max(deepest, 1) + 1)
+    deepest = max([len(m) for m in modules] + [1])
+    depths = [args.depth] if args.depth else range(1, deepest + 1)
     found = False
     for depth in depths:
         nodes, edges = graph(refs, depth)
@@ -196,7 +191,7 @@ def main():
                 found = True
                 print(f"cycle (depth {depth}):", " <-> ".join(sorted("::".join(m) for m in c)))
     if not found:
-        shown = f"depth {args.depth}" if args.depth else f"depths 1-{max(deepest, 1)}"
+        shown = f"depth {args.depth}" if args.depth else f"depths 1-{deepest}"
         print(f"no cycles among {len([m for m in modules if m])} modules ({shown})")
     return 1 if found else 0
 
