@@ -8,12 +8,13 @@
 # environment is cleared except PATH and RUSTUP_HOME (the toolchain is a
 # prerequisite), so nothing of this shell leaks in. Debian packages that
 # earlier runs installed with apt stay installed. Takes ~40 minutes of every
-# core and ~20 GB of disk under WORK.
+# core and the disk the page reports (~10 GB) under WORK.
 # Writes WORK/make.log (each line prefixed with the seconds since the start)
 # and WORK/result, then docs/results/cold-test.md of this checkout (command,
-# date, commit, machine, per-step times, pass/fail and the verdict against
-# the budget in tools/bench/targets.yaml: 50 minutes).
-# Usage: tools/cold_test.sh [WORK]              (default ${TMPDIR:-/var/tmp}/tokenrouter-cold-test: ~20 GB, on disk)
+# date, commit, machine, per-step times, peak disk, pass/fail and the
+# verdicts against tools/bench/targets.yaml: 50 minutes, 12 GiB), then
+# removes the clone and its caches.
+# Usage: tools/cold_test.sh [WORK]              (default ${TMPDIR:-/var/tmp}/tokenrouter-cold-test, on disk)
 #        tools/cold_test.sh --page-only [WORK]  (rewrite the page from WORK's logs)
 set -uo pipefail
 # first_at, mmss, machine, step_rows, cold_args
@@ -69,6 +70,7 @@ write_page() {
         local summary
         summary=$(grep -E '^[0-9]+ (test result:|flow: )' "$work/make.log" |
             awk '$2 == "test" { p += $5; f += $7 } END { printf "%d passed, %d failed", p, f }')
+        disk_rows
         echo
         echo "Rust test binaries: $summary (summed over every \`test result:\` line)."
         local ok failed
@@ -85,6 +87,20 @@ write_page() {
         fi
     } >"$page.tmp" && mv "$page.tmp" "$page"
     echo "wrote $page"
+}
+
+gib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1048576 }'; }
+
+# The disk paragraph: the sampled peak under WORK against its target.
+disk_rows() {
+    local peak at max verdict
+    peak=$(field disk_peak_kib) at=$(field disk_peak_at)
+    max=$(python3 "$targets" cold.make_test_disk_gib_max)
+    [[ -z $peak ]] && return
+    verdict=$(awk -v k="$peak" -v m="$max" 'BEGIN { print (k / 1048576 <= m) ? "met" : "not met" }')
+    echo
+    echo "Disk under WORK (\`du -skx\` every 10 s): **peak $(gib "$peak") GiB** at $(mmss "$at"),"
+    echo "$(gib "$(field disk_end_kib)") GiB at the end. Target: at most $max GiB: **$verdict**."
 }
 
 if ((page_only)); then write_page; exit; fi
@@ -110,6 +126,14 @@ chmod +x "$st/bin/podman"
     echo "load_start $(cut -d' ' -f1 /proc/loadavg)"
 } >"$work/result"
 start=$(date +%s)
+# Peak disk use under WORK, sampled every 10 s until make ends (-x: podman's
+# overlay mounts are other filesystems, their layers are counted in the store).
+(peak=0; while :; do
+    kb=$(du -skx "$work" 2>/dev/null | cut -f1)
+    if ((kb > peak)); then peak=$kb; echo "$peak $(($(date +%s) - start))" >"$work/disk_peak"; fi
+    sleep 10
+done) &
+sampler=$!
 # The toolchain's directory and the system's, nothing of this shell's PATH.
 path=$st/bin:$(dirname "$(command -v cargo)"):/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 (cd "$work/clone/tokenrouter" && env -i PATH="$path" RUSTUP_HOME="${RUSTUP_HOME:-$HOME/.rustup}" \
@@ -117,11 +141,21 @@ path=$st/bin:$(dirname "$(command -v cargo)"):/usr/local/sbin:/usr/local/bin:/us
     make test 2>&1 | while IFS= read -r l; do echo "$(($(date +%s) - start)) $l"; done >"$work/make.log"
     exit "${PIPESTATUS[0]}")
 rc=$?
+kill "$sampler" 2>/dev/null; wait "$sampler" 2>/dev/null
 {
     echo "rc $rc"
     echo "seconds $(($(date +%s) - start))"
+    echo "disk_peak_kib $(cut -d' ' -f1 "$work/disk_peak")"
+    echo "disk_peak_at $(cut -d' ' -f2 "$work/disk_peak")"
+    echo "disk_end_kib $(du -skx "$work" | cut -f1)"
     echo "load_end $(cut -d' ' -f1 /proc/loadavg)"
 } >>"$work/result"
 cat "$work/result"
 write_page
+# The page needs only make.log and result; the clone and the caches are
+# ~10 GB of a disk that other work shares (COLD_KEEP=1 keeps them).
+if [[ ${COLD_KEEP:-0} != 1 ]]; then
+    "$st/bin/podman" system reset -f >/dev/null 2>&1
+    rm -rf "$work/clone" "$st"
+fi
 exit "$rc"
