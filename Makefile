@@ -17,11 +17,10 @@ BIN      := $(TARGET_DIR)/release/tokenrouter
 TORCH_VERSION := 2.11.0
 # The two runtime wheels torch's metadata names that libtorch_cpu needs to load.
 TORCH_MIN     := torch==$(TORCH_VERSION) nvidia-cuda-runtime==13.0.96 nvidia-cuda-cupti==13.0.85
-# The Python reference (transformers) on the CPU: torch's pure-Python
-# requirements from its metadata, but not its CUDA wheels (nvidia-*, triton:
-# 3.3 GB that nothing on a CPU loads), hence no `torch` here to resolve.
-TORCH_PY_DEPS := filelock typing-extensions>=4.10.0 setuptools<82 sympy>=1.13.3 networkx>=2.5.1 jinja2 fsspec>=0.8.5
-REF_PKGS      := transformers==4.57.6 safetensors mpmath numpy gguf==0.17.1 $(TORCH_PY_DEPS)
+# The Python reference (transformers) needs a full torch install: Python's
+# torch loads libtorch_cuda, whose NEEDED list names cuDNN, cuBLAS, NCCL,
+# ... (2.7 GB of nvidia-* wheels), even on a CPU.
+REF_PKGS      := torch==$(TORCH_VERSION) transformers==4.57.6 safetensors sympy mpmath numpy gguf==0.17.1
 # The real client the gateway's test suite drives.
 OPENAI_PKGS   := openai==1.109.1
 
@@ -59,7 +58,7 @@ $(CACHE)/.torch-min.stamp:
 	touch $@
 
 $(CACHE)/.torch-ref.stamp: $(CACHE)/.torch-min.stamp
-	$(PIP) install $(foreach p,$(REF_PKGS),'$(p)')
+	$(PIP) install $(REF_PKGS)
 	touch $@
 
 $(CACHE)/.openai.stamp: $(CACHE)/.torch-min.stamp
