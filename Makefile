@@ -45,7 +45,7 @@ QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
 
 .PHONY: container-tools
-.PHONY: build prefetch run test assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
+.PHONY: build prefetch run test disk-free assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
         nvcc cuda-compile gpu-check-dry gpu-bundle gpu-page
 
 # --- Python environments -----------------------------------------------------
@@ -187,12 +187,20 @@ lint:
 	for s in $(MODGRAPH_SRCS); do python3 tools/modgraph.py $$s || exit 1; done
 	python3 tools/check_links.py
 
+# CI's disk is shared with other work: say what is free before the first
+# download, so that a later "No space left on device" explains itself.
+disk-free:
+	@df -h --output=avail,target $(ROOT) | tail -1 | \
+	  awk '{ print "make test: " $$1 " free on " $$2 "; a cold run peaks at what docs/results/cold-test.md says" }'
+
+# The test kit first: its Go build folder (~3 GB, removed when built) then
+# shares the disk with nothing else of ours (the venvs and models are ~7 GB).
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing), after
 # the linters and scanners (clippy, hadolint, helm lint, checkov).
 # Last, the Kubernetes flow end to end on the local node (test-node-flow,
 # about 8 minutes): real pods of the chart, the examples and the operator.
-test: assets venv-ref venv-openai chromium promtool lint k8s-kit hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode test-bench-tools
+test: disk-free k8s-kit assets venv-ref venv-openai chromium promtool lint hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode test-bench-tools
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
 	$(MAKE) --no-print-directory test-node-flow

@@ -27,9 +27,10 @@ budget_s=$(python3 "$targets" cold.make_test_s_max) # tools/bench/targets.yaml
 # The steps of `make test` in the order make runs them, each starting at the
 # first make.log line that matches its pattern (make echoes each command).
 steps=(
-    "assets: libtorch, venvs, the SmolLM2 GGUF and tokenizer, \`cargo build\`, the healed exit|."
+    "the Kubernetes test kit (etcd, kitapi from Debian's Go sources)|k8s-kit/build.sh"
+    "assets: libtorch, venvs, the SmolLM2 GGUF and tokenizer, \`cargo build\`, the healed exit|make -j2 --no-print-directory build"
     "lint: fmt, clippy, module graph, links|cargo fmt"
-    "the Kubernetes test kit (etcd, kitapi from Debian's Go sources), hadolint, helm checks, checkov, the CUDA compile and GPU dry checks, the local node's and bench tools' unit tests|k8s-kit/build.sh"
+    "hadolint, helm checks, checkov, the CUDA compile and GPU dry checks, the local node's and bench tools' unit tests|hadolint"
     "\`cargo test --workspace --all-targets\` with the kit up|cargo test --release --workspace"
     "gateway without default features|cargo test --release -p gateway --no-default-features"
     "node flow: test images (Debian base, CPU engine, operator), localnode unit tests, flow.py|tools/images/build.sh test"
