@@ -8,7 +8,7 @@
 # environment is cleared except PATH and RUSTUP_HOME (the toolchain is a
 # prerequisite), so nothing of this shell leaks in. Debian packages that
 # earlier runs installed with apt stay installed. Takes ~40 minutes of every
-# core and the disk the page reports (~10 GB) under WORK.
+# core and the disk the page reports (~11 GB) under WORK.
 # Writes WORK/make.log (each line prefixed with the seconds since the start)
 # and WORK/result, then docs/results/cold-test.md of this checkout (command,
 # date, commit, machine, per-step times, peak disk, pass/fail and the
