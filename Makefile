@@ -193,7 +193,7 @@ disk-free:
 	@df -h --output=avail,target $(ROOT) | tail -1 | \
 	  awk '{ print "make test: " $$1 " free on " $$2 "; a cold run peaks at what docs/results/cold-test.md says" }'
 
-# The test kit first: its Go build folder (~3 GB, removed when built) then
+# The test kit first: its Go build folder (~2.4 GB, removed when built) then
 # shares the disk with nothing else of ours (the venvs and models are ~7 GB).
 # Every test, with the k8s test kit up (TOKENROUTER_REQUIRE_K8S=1: a test
 # that needs the cluster fails instead of skipping when it is missing), after
