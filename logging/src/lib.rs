@@ -26,10 +26,29 @@ pub fn init() {
 mod tests {
     use super::*;
 
+    /// The one test of this binary: the global subscriber can be set once
+    /// per process, so the first `init` here is the process's first.
     #[test]
-    fn a_second_init_is_harmless() {
-        // Tests and embedders may call it again; it must not panic.
+    fn init_installs_the_info_filter_and_a_second_init_keeps_it() {
+        // The default filter is what is checked: no inherited RUST_LOG.
+        std::env::remove_var("RUST_LOG");
+        assert!(!tracing::dispatcher::has_been_set());
         init();
+        assert!(
+            tracing::dispatcher::has_been_set(),
+            "init installed nothing"
+        );
+        let levels = || {
+            (
+                tracing::enabled!(tracing::Level::INFO),
+                tracing::enabled!(tracing::Level::DEBUG),
+            )
+        };
+        assert_eq!(levels(), (true, false), "the default filter is `info`");
+        // Tests and embedders may call it again: no panic, and the first
+        // subscriber (its filter) stays.
+        std::env::set_var("RUST_LOG", "trace");
         init();
+        assert_eq!(levels(), (true, false), "a second init replaced the first");
     }
 }
