@@ -11,9 +11,10 @@ import yaml
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "targets.yaml")
 
 
-def load(path=PATH):
-    """The targets file as a dict of sections."""
-    with open(path) as f:
+def load(path=None):
+    """The targets file as a dict of sections (`path`, else [PATH], read at
+    the call so that a test may point PATH at its own file)."""
+    with open(path or PATH) as f:
         return yaml.safe_load(f)
 
 

@@ -3,6 +3,7 @@ targets of targets.yaml, each bound inclusive, and the table's one source
 of targets. Run: python3 -m unittest discover -s tools/bench -p 'test_*.py'"""
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -44,14 +45,26 @@ class Verdict(unittest.TestCase):
         self.assertIn("no pair in the table meets both", text)
 
     def test_default_targets_come_from_the_file(self):
-        t = targets.load()
-        self.assertEqual(targets.value("accuracy.vs_large_only_min"),
-                         t["accuracy"]["vs_large_only_min"])
-        text = depth_table.summary([row(1.0, 0.0, 2.0)])
-        self.assertIn(f"≥ {t['speed']['vs_large_only_min']}× large-only", text)
-        with self.assertRaises(KeyError):
-            targets.value("accuracy.nope")
-
+        # A targets file of its own, with values no code holds: a summary
+        # given no targets must state and apply these, so a bar written in
+        # depth_table.py (or a second loader) fails here.
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "targets.yaml")
+            with open(path, "w") as f:
+                f.write("accuracy: {vs_large_only_min: 0.77, large_share_max: 0.33}\n"
+                        "speed: {vs_large_only_min: 7.5}\n")
+            saved, targets.PATH = targets.PATH, path
+            try:
+                text = depth_table.summary([row(0.78, 0.3, 7.4)])
+                self.assertEqual(targets.value("speed.vs_large_only_min"), 7.5)
+                with self.assertRaises(KeyError):
+                    targets.value("accuracy.nope")
+            finally:
+                targets.PATH = saved
+        self.assertIn("≥ 0.77 of large-only at ≤ 0.33 share", text)
+        self.assertIn("≥ 7.5× large-only", text)
+        self.assertIn("accuracy target met", text)
+        self.assertIn("speed at N=1 not met (7.40×)", text)
 
 if __name__ == "__main__":
     unittest.main()
