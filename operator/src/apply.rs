@@ -427,9 +427,7 @@ async fn apply_all(
         )
         .await;
     }
-    let monitor_problem = apply_monitor(trd, ctx, ns, &desired_objs).await;
-    let problem =
-        monitor_problem.or(crate::pods::observe(&ctx.client, ns, &names::instance(trd)).await);
+    let problem = observe_problems(trd, ctx, ns, &desired_objs, &applied).await;
 
     announce(
         recorder,
@@ -449,6 +447,29 @@ async fn apply_all(
         load,
     );
     Ok(problem)
+}
+
+/// What keeps the applied objects from serving, all in one (reason,
+/// message): a missing ServiceMonitor CRD, images that cannot be pulled,
+/// pods the scheduler cannot place, pods a StatefulSet cannot create.
+async fn observe_problems(
+    trd: &TokenRouterDeployment,
+    ctx: &Context,
+    ns: &str,
+    desired: &Desired,
+    applied: &[StatefulSet],
+) -> Option<(String, String)> {
+    let mut problems: Vec<(String, String)> = apply_monitor(trd, ctx, ns, desired)
+        .await
+        .into_iter()
+        .collect();
+    problems.extend(crate::pods::observe(&ctx.client, ns, &names::instance(trd)).await);
+    let gaps: Vec<_> = applied
+        .iter()
+        .map(crate::create_failures::SetGap::of)
+        .collect();
+    problems.extend(crate::create_failures::observe(&ctx.client, ns, &gaps).await);
+    refs::summarize(&problems)
 }
 
 /// Events for a changed group count (`Scaled`) and a newly applied

@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod context;
 pub mod controller;
+pub mod create_failures;
 pub mod error;
 pub mod events;
 pub mod gpu_fit;

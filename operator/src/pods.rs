@@ -1,8 +1,12 @@
 //! What the resource's pods report that its StatefulSets and Deployment do
 //! not: a container the kubelet cannot pull an image for stays `Waiting`
-//! with `ErrImagePull`/`ImagePullBackOff`, and its set only shows "not
-//! ready". The TRD's Degraded condition names the image, so a user sees
-//! why; nothing is deleted (the pods start once the image exists).
+//! with `ErrImagePull`/`ImagePullBackOff`, and a pod the scheduler cannot
+//! place stays `Pending` with `PodScheduled=False` (reason `Unschedulable`,
+//! the scheduler's message: no node with the selector's labels, too few
+//! `nvidia.com/gpu`, an untolerated taint). Their sets only show "not
+//! ready". The TRD's Degraded condition names the image or the scheduler's
+//! message, so a user sees why; nothing is deleted (the pods start once the
+//! image or the node exists).
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -62,15 +66,59 @@ pub fn pull_problem(pods: &[Pod]) -> Option<(String, String)> {
     Some((REASON.to_string(), message))
 }
 
-/// [`pull_problem`] of the resource's pods (instance label `instance` in
-/// `ns`); none when they cannot be listed (logged: the next reconcile
-/// looks again).
-pub async fn observe(client: &Client, ns: &str, instance: &str) -> Option<(String, String)> {
+/// Condition reason for pods the scheduler cannot place.
+pub const UNSCHEDULABLE: &str = "Unschedulable";
+
+/// One (reason, message) for the pods whose `PodScheduled` condition is
+/// `False`: each scheduler message once, with the pods it is about (pods of
+/// one StatefulSet usually share it: "0/3 nodes are available: 3
+/// Insufficient nvidia.com/gpu").
+pub fn unschedulable(pods: &[Pod]) -> Option<(String, String)> {
+    let mut messages: Vec<(String, Vec<String>)> = Vec::new();
+    for pod in pods {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let conditions = pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten());
+        for c in conditions {
+            if c.type_ != "PodScheduled" || c.status != "False" {
+                continue;
+            }
+            let why = c
+                .message
+                .clone()
+                .or_else(|| c.reason.clone())
+                .unwrap_or_else(|| UNSCHEDULABLE.to_string());
+            match messages.iter_mut().find(|(m, _)| *m == why) {
+                Some((_, pods)) => pods.push(name.clone()),
+                None => messages.push((why, vec![name.clone()])),
+            }
+        }
+    }
+    if messages.is_empty() {
+        return None;
+    }
+    let message = messages
+        .iter()
+        .map(|(why, pods)| format!("pods {} cannot be scheduled: {why}", pods.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some((UNSCHEDULABLE.to_string(), message))
+}
+
+/// [`pull_problem`] and [`unschedulable`] of the resource's pods (instance
+/// label `instance` in `ns`); none when they cannot be listed (logged: the
+/// next reconcile looks again).
+pub async fn observe(client: &Client, ns: &str, instance: &str) -> Vec<(String, String)> {
     match list(client, ns, instance).await {
-        Ok(pods) => pull_problem(&pods),
+        Ok(pods) => pull_problem(&pods)
+            .into_iter()
+            .chain(unschedulable(&pods))
+            .collect(),
         Err(e) => {
             tracing::warn!(%ns, %instance, error = %e, "cannot list the pods");
-            None
+            Vec::new()
         }
     }
 }
@@ -86,7 +134,7 @@ pub async fn list(client: &Client, ns: &str, instance: &str) -> kube::Result<Vec
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ContainerState, ContainerStateWaiting, ContainerStatus, PodStatus,
+        ContainerState, ContainerStateWaiting, ContainerStatus, PodCondition, PodStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -144,6 +192,61 @@ mod tests {
         assert_eq!(pull_problem(&[]), None);
         assert_eq!(
             pull_problem(&[pod("p", "i", None), pod("q", "i", Some("CrashLoopBackOff"))]),
+            None
+        );
+    }
+
+    fn pending(name: &str, scheduled: &str, message: Option<&str>) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                conditions: Some(vec![PodCondition {
+                    type_: "PodScheduled".into(),
+                    status: scheduled.into(),
+                    reason: Some("Unschedulable".into()),
+                    message: message.map(str::to_string),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn unschedulable_pods_are_named_with_the_schedulers_message() {
+        let gpu = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.";
+        let label = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector.";
+        let pods = [
+            pending("a-quick-0", "False", Some(gpu)),
+            pending("a-quick-1", "False", Some(gpu)),
+            pending("a-reference-0", "False", Some(label)),
+            pending("a-gateway-x", "True", None),
+            pod("a-reference-1", "img", None),
+        ];
+        let (reason, message) = unschedulable(&pods).unwrap();
+        assert_eq!(reason, UNSCHEDULABLE);
+        assert_eq!(
+            message,
+            format!(
+                "pods a-quick-0, a-quick-1 cannot be scheduled: {gpu}; \
+                 pods a-reference-0 cannot be scheduled: {label}"
+            )
+        );
+        // Without a message the condition's reason stands in.
+        let (_, message) = unschedulable(&[pending("p", "False", None)]).unwrap();
+        assert_eq!(message, "pods p cannot be scheduled: Unschedulable");
+    }
+
+    #[test]
+    fn scheduled_pods_are_no_scheduling_problem() {
+        assert_eq!(unschedulable(&[]), None);
+        assert_eq!(
+            unschedulable(&[pending("p", "True", None), pod("q", "i", None)]),
             None
         );
     }
