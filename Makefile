@@ -45,7 +45,7 @@ QWEN3_TINY   := $(MODELS)/qwen3-tiny
 
 
 .PHONY: container-tools
-.PHONY: build prefetch run test disk-free assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me clean-models pair fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
+.PHONY: build prefetch run test disk-free assets run-assets venv venv-ref venv-openai chromium promtool lint bench bench-engine bench-tuner bench-gateway bench-retune bench-me bench-pair-llamacpp clean-models pair fuzz soak bench-ablation bench-cpu bench-eval bench-llamacpp bench-policies venv-llama llama-server \
         nvcc cuda-compile gpu-check-dry gpu-bundle gpu-page
 
 # --- Python environments -----------------------------------------------------
@@ -225,7 +225,7 @@ test: disk-free k8s-kit assets venv-ref venv-openai chromium promtool lint hadol
 # their charts. Smaller runs to check a target: ENGINE_ARGS, ABLATION_ARGS,
 # TUNER_ARGS=--quick, GATEWAY_ARGS, and the scripts' variables (e.g.
 # `make bench-cpu NS=1 PROMPTS=2 MAX_TOKENS=8`, see tools/bench/*.sh).
-bench: bench-engine bench-ablation bench-tuner bench-policies bench-gateway bench-retune bench-me bench-cpu bench-eval bench-llamacpp
+bench: bench-engine bench-ablation bench-tuner bench-policies bench-gateway bench-retune bench-me bench-cpu bench-eval bench-llamacpp bench-pair-llamacpp
 
 BENCH_RAW  ?= $(CACHE)/bench
 BENCH_ENV   = BIN=$(BIN) MODELS=$(MODELS) RAW=$(BENCH_RAW)/$@ PYTHON=$(PY)
@@ -272,6 +272,15 @@ llama-server venv-llama: $(LLAMA_SERVER_DIR)/.built
 # llama-server and us on the same GGUF, driven by the same load generator.
 bench-llamacpp: assets llama-server build
 	$(BENCH_ENV) LLAMA_SERVER=$(LLAMA_SERVER) GGUF=$(SMOLLM2_GGUF) tools/bench/llamacpp.sh
+
+# The Qwen2.5-Coder pair's GGUFs served by llama-server and by us, greedy at
+# temperature 0: leading tokens in common per prompt, and at each first
+# difference whether precision explains it (the f32 reference, transformers
+# on the GGUF dequantized) -> docs/results/qwen-pair-llamacpp.md; a page,
+# not a pass/fail test. MAX_TOKENS, DTYPE (ours; default f32), PROMPTS_FILE.
+bench-pair-llamacpp: run-assets llama-server build venv-ref
+	$(BENCH_ENV) LLAMA_SERVER=$(LLAMA_SERVER) SMALL_GGUF=$(PAIR_SMALL_GGUF) LARGE_GGUF=$(PAIR_LARGE_GGUF) \
+	  tools/bench/pair_llamacpp.sh
 
 bench-gateway: assets
 	cargo build --release --example bench_gateway
