@@ -122,6 +122,16 @@ pub enum AssetError {
         /// The crate's message.
         reason: String,
     },
+    /// An error about a file's content that does not itself name the file
+    /// (a metadata key, a tensor), with the file it concerns.
+    #[error("{path}: {source}")]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        #[source]
+        source: Box<AssetError>,
+    },
     /// Tensors were handed to the checkpoint writer out of plan.
     #[error("checkpoint writer: {0}")]
     WriterOrder(String),
@@ -160,6 +170,7 @@ impl AssetError {
             Self::Json { .. } => "json",
             Self::Safetensors { .. } => "safetensors",
             Self::Tokenizer { .. } => "tokenizer",
+            Self::InFile { source, .. } => source.error_type(),
             Self::WriterOrder(_) => "writer_order",
         }
     }

@@ -9,7 +9,8 @@
 //! runner, sampling, service) nor on the policies; without the `tch`
 //! feature it does not link libtorch (`tools/check_torch_free.sh`).
 //!
-//! - [`gguf::import_gguf`]: a llama GGUF → a Hugging Face model directory.
+//! - [`gguf::import_gguf`]: a llama or qwen2 GGUF → a Hugging Face model directory.
+//! - [`gguf::GgufWeights`]: a GGUF read as weights (dequantized or raw blocks).
 //! - [`derive_early_exit`]: the first K layers of a model as a partner model.
 //! - [`random::gen_random`]: random weights for a [`random::Preset`] shape.
 //! - [`tensor_specs`]: the tensor plan of any config (names, shapes, init).

@@ -1,5 +1,6 @@
-//! Reads safetensors checkpoints (single file or shards) into libtorch tensors
-//! on the target device and dtype, with a progress bar.
+//! Reads safetensors checkpoints (single file or shards), or a GGUF
+//! dequantized at load, into libtorch tensors on the target device and
+//! dtype, with a progress bar.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,21 @@ fn kind_of(dtype: Dtype) -> Option<Kind> {
         Dtype::F16 => Some(Kind::Half),
         Dtype::BF16 => Some(Kind::BFloat16),
         _ => None,
+    }
+}
+
+/// A GGUF's error as a load error naming the file.
+fn gguf_error(path: &Path, e: crate::AssetError) -> LoadError {
+    match e {
+        crate::AssetError::Load(e) => e,
+        crate::AssetError::InFile { path, source } => LoadError::InvalidModel {
+            path,
+            reason: source.to_string(),
+        },
+        other => LoadError::InvalidModel {
+            path: path.to_path_buf(),
+            reason: other.to_string(),
+        },
     }
 }
 
@@ -72,6 +88,46 @@ impl Weights {
                 bar.inc(view.data().len() as u64);
                 tensors.insert(name, t);
             }
+        }
+        bar.finish_and_clear();
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            tensors,
+        })
+    }
+
+    /// Loads every tensor of the GGUF at `gguf` (a linked model directory's
+    /// `model.gguf`), dequantized one at a time to `kind` on `device`, under
+    /// the transformers names import gives them; no copy goes to disk.
+    pub fn load_gguf(
+        dir: &Path,
+        gguf: &Path,
+        kind: Kind,
+        device: Device,
+    ) -> Result<Self, LoadError> {
+        let weights = crate::gguf::GgufWeights::open(gguf).map_err(|e| gguf_error(gguf, e))?;
+        let bar = ProgressBar::new(weights.parameter_count());
+        bar.set_style(
+            ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} weights ({eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(dir.display().to_string());
+        let mut tensors = HashMap::new();
+        let names: Vec<String> = weights.names().map(str::to_string).collect();
+        for name in names {
+            let shape: Vec<i64> = weights
+                .shape(&name)
+                .map_err(|e| gguf_error(gguf, e))?
+                .iter()
+                .map(|&d| d as i64)
+                .collect();
+            let values = weights.to_f32(&name).map_err(|e| gguf_error(gguf, e))?;
+            let t = Tensor::f_from_slice(&values)?
+                .f_reshape(&shape)?
+                .f_to_kind(kind)?
+                .f_to_device(device)?;
+            bar.inc(values.len() as u64);
+            tensors.insert(name, t);
         }
         bar.finish_and_clear();
         Ok(Self {

@@ -11,13 +11,23 @@ use subserver::assets::{derive_early_exit, StorageDtype, DEFAULT_MAX_SHARD_BYTES
 /// `import-gguf` arguments.
 #[derive(Debug, clap::Args)]
 pub struct ImportGgufArgs {
-    /// The GGUF file (llama architecture, byte-level BPE tokenizer).
+    /// The GGUF file (llama or qwen2 architecture, byte-level BPE tokenizer).
     pub file: PathBuf,
     /// Output directory (created; must be empty if it exists).
     pub out_dir: PathBuf,
-    /// Storage dtype of the written tensors: f32, bf16 or f16.
-    #[arg(long, default_value = "f32")]
+    /// Storage dtype of the written tensors: f32, bf16 or f16 (not with --link).
+    #[arg(long, default_value = "f32", conflicts_with = "link")]
     pub dtype: StorageDtype,
+    /// Write no safetensors: the directory gets the JSON files and the GGUF
+    /// itself as `model.gguf` (a hard link, or a symlink across
+    /// filesystems), which the engine reads and dequantizes at load.
+    #[arg(long)]
+    pub link: bool,
+    /// A JSON file whose keys replace those of the generation_config.json
+    /// derived from the GGUF (the model's published sampling defaults and
+    /// stop ids, which a GGUF does not carry).
+    #[arg(long)]
+    pub generation_config: Option<PathBuf>,
 }
 
 /// `derive-early-exit` arguments.
@@ -73,16 +83,27 @@ pub fn run_import_gguf(a: ImportGgufArgs) -> anyhow::Result<()> {
     let opts = ImportOptions {
         dtype: a.dtype,
         max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+        link: a.link,
+        generation_config: a.generation_config,
     };
     let summary = import_gguf(&a.file, &a.out_dir, &opts)
         .with_context(|| format!("importing {}", a.file.display()))?;
-    println!(
-        "wrote {} tensors ({} layers, {}) to {}",
-        summary.tensors,
-        summary.config.num_hidden_layers,
-        a.dtype,
-        a.out_dir.display()
-    );
+    let layers = summary.config.num_hidden_layers;
+    if a.link {
+        println!(
+            "linked {} ({} tensors, {layers} layers) into {}",
+            a.file.display(),
+            summary.tensors,
+            a.out_dir.display()
+        );
+    } else {
+        println!(
+            "wrote {} tensors ({layers} layers, {}) to {}",
+            summary.tensors,
+            a.dtype,
+            a.out_dir.display()
+        );
+    }
     Ok(())
 }
 

@@ -1,5 +1,6 @@
-//! llama.cpp tensor names → transformers tensor names (llama architecture).
+//! llama.cpp tensor names → transformers tensor names (llama and qwen2).
 
+use crate::hf_config::Architecture;
 use crate::AssetError;
 
 /// Whether a tensor carries llama.cpp's rotary row permutation.
@@ -13,8 +14,22 @@ pub enum RotaryRows {
     Key,
 }
 
-/// The transformers name of a llama.cpp tensor, and whether its rows must be un-permuted.
+/// [`map_tensor_name`] for a llama GGUF.
 pub fn map_llama_name(gguf: &str) -> Result<(String, RotaryRows), AssetError> {
+    map_tensor_name(Architecture::Llama, gguf)
+}
+
+/// The transformers name of a llama.cpp tensor of an `arch` GGUF, and
+/// whether its rows must be un-permuted. llama.cpp's converter permutes
+/// q/k rows only for llama (its GPT-J rotary kernel); qwen2 GGUFs keep the
+/// NeoX order transformers uses, and add q/k/v biases.
+pub fn map_tensor_name(arch: Architecture, gguf: &str) -> Result<(String, RotaryRows), AssetError> {
+    let qwen2 = arch == Architecture::Qwen2;
+    let (query, key) = if qwen2 {
+        (RotaryRows::Plain, RotaryRows::Plain)
+    } else {
+        (RotaryRows::Query, RotaryRows::Key)
+    };
     let unmapped = |reason: &str| AssetError::UnmappedTensor {
         tensor: gguf.to_string(),
         reason: reason.to_string(),
@@ -32,7 +47,7 @@ pub fn map_llama_name(gguf: &str) -> Result<(String, RotaryRows), AssetError> {
     }
     let rest = gguf
         .strip_prefix("blk.")
-        .ok_or_else(|| unmapped("no transformers counterpart for this llama tensor"))?;
+        .ok_or_else(|| unmapped("no transformers counterpart for this tensor"))?;
     let (layer, part) = rest
         .split_once('.')
         .ok_or_else(|| unmapped("expected blk.<layer>.<part>"))?;
@@ -42,18 +57,17 @@ pub fn map_llama_name(gguf: &str) -> Result<(String, RotaryRows), AssetError> {
     let (hf, rows) = match part {
         "attn_norm.weight" => ("input_layernorm.weight", RotaryRows::Plain),
         "ffn_norm.weight" => ("post_attention_layernorm.weight", RotaryRows::Plain),
-        "attn_q.weight" => ("self_attn.q_proj.weight", RotaryRows::Query),
-        "attn_k.weight" => ("self_attn.k_proj.weight", RotaryRows::Key),
+        "attn_q.weight" => ("self_attn.q_proj.weight", query),
+        "attn_k.weight" => ("self_attn.k_proj.weight", key),
+        "attn_q.bias" if qwen2 => ("self_attn.q_proj.bias", RotaryRows::Plain),
+        "attn_k.bias" if qwen2 => ("self_attn.k_proj.bias", RotaryRows::Plain),
+        "attn_v.bias" if qwen2 => ("self_attn.v_proj.bias", RotaryRows::Plain),
         "attn_v.weight" => ("self_attn.v_proj.weight", RotaryRows::Plain),
         "attn_output.weight" => ("self_attn.o_proj.weight", RotaryRows::Plain),
         "ffn_gate.weight" => ("mlp.gate_proj.weight", RotaryRows::Plain),
         "ffn_up.weight" => ("mlp.up_proj.weight", RotaryRows::Plain),
         "ffn_down.weight" => ("mlp.down_proj.weight", RotaryRows::Plain),
-        _ => {
-            return Err(unmapped(
-                "no transformers counterpart for this llama tensor",
-            ))
-        }
+        _ => return Err(unmapped("no transformers counterpart for this tensor")),
     };
     Ok((format!("model.layers.{layer}.{hf}"), rows))
 }
@@ -125,6 +139,32 @@ mod tests {
                 "{gguf}"
             );
         }
+    }
+
+    #[test]
+    fn qwen2_keeps_q_k_rows_and_maps_biases() {
+        let q = Architecture::Qwen2;
+        assert_eq!(
+            map_tensor_name(q, "blk.2.attn_q.weight").unwrap(),
+            (
+                "model.layers.2.self_attn.q_proj.weight".into(),
+                RotaryRows::Plain
+            )
+        );
+        assert_eq!(
+            map_tensor_name(q, "blk.2.attn_k.weight").unwrap().1,
+            RotaryRows::Plain
+        );
+        for part in ["q", "k", "v"] {
+            assert_eq!(
+                map_tensor_name(q, &format!("blk.7.attn_{part}.bias")).unwrap(),
+                (
+                    format!("model.layers.7.self_attn.{part}_proj.bias"),
+                    RotaryRows::Plain
+                )
+            );
+        }
+        assert!(map_tensor_name(q, "blk.7.attn_output.bias").is_err());
     }
 
     #[test]

@@ -278,29 +278,42 @@ pub type ExpectedTensors = Vec<(String, Vec<usize>, Vec<f32>)>;
 /// Tensor types: embedding Q8_0, norms F32, ffn_down F16, the rest F32; q/k
 /// stored with llama.cpp's row permutation.
 pub fn tiny_llama(tied: bool) -> (GgufBuilder, ExpectedTensors) {
+    tiny_model("llama", tied)
+}
+
+/// A complete tiny qwen2 GGUF: as [`tiny_llama`] under `qwen2.*` keys, with
+/// q/k/v biases and q/k stored as transformers holds them (llama.cpp's
+/// converter permutes only llama's rows).
+pub fn tiny_qwen2(tied: bool) -> (GgufBuilder, ExpectedTensors) {
+    tiny_model("qwen2", tied)
+}
+
+/// `tiny_llama` or `tiny_qwen2`.
+fn tiny_model(arch: &str, tied: bool) -> (GgufBuilder, ExpectedTensors) {
     let (h, inter, vocab, layers) = (FIXTURE_HIDDEN, 64usize, FIXTURE_VOCAB, 2usize);
+    let qwen2 = arch == "qwen2";
     let mut b = GgufBuilder::new(3);
-    b.kv(
-        "general.architecture",
-        MetadataValue::String("llama".into()),
-    );
+    b.kv("general.architecture", MetadataValue::String(arch.into()));
     b.kv("general.alignment", MetadataValue::U32(32));
-    b.kv("llama.block_count", MetadataValue::U32(layers as u32));
-    b.kv("llama.context_length", MetadataValue::U32(256));
-    b.kv("llama.embedding_length", MetadataValue::U32(h as u32));
+    let key = |k: &str| format!("{arch}.{k}");
+    b.kv(&key("block_count"), MetadataValue::U32(layers as u32));
+    b.kv(&key("context_length"), MetadataValue::U32(256));
+    b.kv(&key("embedding_length"), MetadataValue::U32(h as u32));
     b.kv(
-        "llama.feed_forward_length",
+        &key("feed_forward_length"),
         MetadataValue::U32(inter as u32),
     );
-    b.kv("llama.attention.head_count", MetadataValue::U32(2));
-    b.kv("llama.attention.head_count_kv", MetadataValue::U32(1));
-    b.kv("llama.rope.freq_base", MetadataValue::F32(10000.0));
+    b.kv(&key("attention.head_count"), MetadataValue::U32(2));
+    b.kv(&key("attention.head_count_kv"), MetadataValue::U32(1));
+    b.kv(&key("rope.freq_base"), MetadataValue::F32(10000.0));
     b.kv(
-        "llama.attention.layer_norm_rms_epsilon",
+        &key("attention.layer_norm_rms_epsilon"),
         MetadataValue::F32(1e-5),
     );
-    b.kv("llama.rope.dimension_count", MetadataValue::U32(16));
-    tokenizer_metadata(&mut b, "smollm");
+    if !qwen2 {
+        b.kv(&key("rope.dimension_count"), MetadataValue::U32(16));
+    }
+    tokenizer_metadata(&mut b, if qwen2 { "qwen2" } else { "smollm" });
 
     let mut expected = Vec::new();
     let mut seed = 0;
@@ -315,8 +328,12 @@ pub fn tiny_llama(tied: bool) -> (GgufBuilder, ExpectedTensors) {
             vec![cols as u64, rows as u64]
         };
         let stored = match kind {
-            "q" => super::permute::permute_rows(&values, rows, cols, 2).expect("fixture shape"),
-            "k" => super::permute::permute_rows(&values, rows, cols, 1).expect("fixture shape"),
+            "q" if !qwen2 => {
+                super::permute::permute_rows(&values, rows, cols, 2).expect("fixture shape")
+            }
+            "k" if !qwen2 => {
+                super::permute::permute_rows(&values, rows, cols, 1).expect("fixture shape")
+            }
             _ => values.clone(),
         };
         match kind {
@@ -357,6 +374,17 @@ pub fn tiny_llama(tied: bool) -> (GgufBuilder, ExpectedTensors) {
         add(&mut b, &g("attn_q"), &t("self_attn.q_proj"), [h, h], "q");
         add(&mut b, &g("attn_k"), &t("self_attn.k_proj"), [16, h], "k");
         add(&mut b, &g("attn_v"), &t("self_attn.v_proj"), [16, h], "f32");
+        if qwen2 {
+            for (part, width) in [("q", h), ("k", 16), ("v", 16)] {
+                add(
+                    &mut b,
+                    &format!("blk.{i}.attn_{part}.bias"),
+                    &format!("model.layers.{i}.self_attn.{part}_proj.bias"),
+                    [1, width],
+                    "f32",
+                );
+            }
+        }
         add(
             &mut b,
             &g("attn_output"),

@@ -9,9 +9,18 @@ use crate::hf_config::TokenIds;
 use crate::hf_files::generation_config;
 use crate::AssetError;
 
-/// llama.cpp token types that become special added tokens:
+/// llama.cpp token types that become added tokens, matched whole in text:
 /// UNKNOWN (2), CONTROL (3) and USER_DEFINED (4).
-const SPECIAL_TOKEN_TYPES: [i64; 3] = [2, 3, 4];
+const ADDED_TOKEN_TYPES: [i64; 3] = [2, 3, 4];
+/// USER_DEFINED: an added token that is not special (Qwen2's `<tool_call>`
+/// is `"special": false` in its own tokenizer_config.json, so decoding with
+/// special tokens skipped keeps it).
+const USER_DEFINED: i64 = 4;
+
+/// Qwen2's split pattern, as in Qwen2's tokenizer.json (llama.cpp's `qwen2`
+/// pre-tokenizer uses the same expression, with the case-insensitive group
+/// spelled out).
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The three tokenizer-side files of a model directory.
 #[derive(Debug, Clone)]
@@ -77,6 +86,15 @@ fn token_types(h: &GgufHeader, n: usize) -> Result<Vec<i64>, AssetError> {
         .collect()
 }
 
+/// The normalizer `tokenizer.ggml.pre` implies: Qwen2's tokenizer.json
+/// composes text to NFC before splitting it.
+fn normalizer(pre: &str) -> Value {
+    match pre {
+        "qwen2" => json!({ "type": "NFC" }),
+        _ => Value::Null,
+    }
+}
+
 /// The pre-tokenizer `tokenizer.ggml.pre` names.
 fn pre_tokenizer(pre: &str) -> Result<Value, AssetError> {
     let byte_level = json!({
@@ -88,8 +106,20 @@ fn pre_tokenizer(pre: &str) -> Result<Value, AssetError> {
             "type": "Sequence",
             "pretokenizers": [{ "type": "Digits", "individual_digits": true }, byte_level]
         })),
+        // Qwen2's tokenizer.json: its own split, then bytes mapped without
+        // GPT-2's regex.
+        "qwen2" => Ok(json!({
+            "type": "Sequence",
+            "pretokenizers": [
+                {
+                    "type": "Split", "pattern": { "Regex": QWEN2_SPLIT },
+                    "behavior": "Isolated", "invert": false
+                },
+                { "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false }
+            ]
+        })),
         other => Err(AssetError::UnsupportedTokenizer(format!(
-            "tokenizer.ggml.pre `{other}` (supported: default, gpt2, smollm)"
+            "tokenizer.ggml.pre `{other}` (supported: default, gpt2, smollm, qwen2)"
         ))),
     }
 }
@@ -141,7 +171,14 @@ pub fn tokenizer_files(
     let tokens = string_array(h, "tokenizer.ggml.tokens")?;
     let merges = string_array(h, "tokenizer.ggml.merges")?;
     let types = token_types(h, tokens.len())?;
-    let pre = pre_tokenizer(h.opt_str("tokenizer.ggml.pre")?.unwrap_or("default"))?;
+    let pre_name = h.opt_str("tokenizer.ggml.pre")?.unwrap_or("default");
+    let pre = pre_tokenizer(pre_name)?;
+    if merges.is_empty() {
+        return Err(AssetError::Metadata {
+            key: "tokenizer.ggml.merges".into(),
+            reason: "empty: a byte-level BPE tokenizer needs its merges".into(),
+        });
+    }
 
     let id_of = |key: &str| -> Result<Option<(u32, &str)>, AssetError> {
         match h.opt_u64(key)? {
@@ -179,17 +216,18 @@ pub fn tokenizer_files(
     let mut added = Vec::new();
     let mut added_decoder = Map::new();
     for (id, (tok, ty)) in tokens.iter().zip(&types).enumerate() {
-        if SPECIAL_TOKEN_TYPES.contains(ty) {
+        if ADDED_TOKEN_TYPES.contains(ty) {
+            let special = *ty != USER_DEFINED;
             // tokenizer.json lists added tokens with their id; the config keys them by id.
             added.push(json!({
                 "id": id, "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
-                "normalized": false, "special": true
+                "normalized": false, "special": special
             }));
             added_decoder.insert(
                 id.to_string(),
                 json!({
                     "content": tok, "single_word": false, "lstrip": false, "rstrip": false,
-                    "normalized": false, "special": true
+                    "normalized": false, "special": special
                 }),
             );
         }
@@ -200,7 +238,7 @@ pub fn tokenizer_files(
         "truncation": null,
         "padding": null,
         "added_tokens": added,
-        "normalizer": null,
+        "normalizer": normalizer(pre_name),
         "pre_tokenizer": pre,
         "post_processor": post_processor(bos.filter(|_| add_bos), eos.filter(|_| add_eos)),
         "decoder": { "type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true },
@@ -295,6 +333,65 @@ mod tests {
         assert_eq!(enc.get_ids()[0], 1);
         assert_eq!(enc.get_ids().len(), 3);
         assert_eq!(f.tokenizer_config["add_bos_token"], true);
+    }
+
+    #[test]
+    fn qwen2_splits_like_qwen2_and_composes_nfc() {
+        let f = files("qwen2", |_| {}).unwrap();
+        assert_eq!(f.tokenizer["normalizer"]["type"], "NFC");
+        let tok = load(&f);
+        // Qwen2 splits digits one by one, keeps a leading space on words and
+        // puts newline runs in a piece of their own.
+        let enc = tok
+            .encode("hello world 42\n\n\tx<|im_end|>", false)
+            .unwrap();
+        let pieces = enc.get_tokens();
+        assert_eq!(&pieces[..2], ["hello", "Ġw"], "{pieces:?}");
+        let four = pieces.iter().position(|p| p == "4").unwrap();
+        assert_eq!(pieces[four + 1], "2", "{pieces:?}");
+        assert_eq!(pieces[four + 2], "Ċ", "{pieces:?}");
+        assert_eq!(*enc.get_ids().last().unwrap(), 2);
+        // "e" + combining acute composes to one code point (2 bytes, not 3).
+        let composed = tok.encode("e\u{301}", false).unwrap();
+        assert_eq!(composed.get_ids().len(), 2, "{:?}", composed.get_tokens());
+        assert_eq!(
+            tok.decode(enc.get_ids(), false).unwrap(),
+            "hello world 42\n\n\tx<|im_end|>"
+        );
+    }
+
+    #[test]
+    fn user_defined_tokens_are_added_but_not_special() {
+        let f = files("qwen2", |b| {
+            let types = (0..FIXTURE_VOCAB)
+                .map(|i| {
+                    MetadataValue::I32(if i == 1 {
+                        4
+                    } else if i < 3 {
+                        3
+                    } else {
+                        1
+                    })
+                })
+                .collect();
+            b.set_kv("tokenizer.ggml.token_type", MetadataValue::Array(types));
+        })
+        .unwrap();
+        let added = f.tokenizer["added_tokens"].as_array().unwrap();
+        assert_eq!(added.len(), 3);
+        assert_eq!(added[1]["special"], false);
+        assert_eq!(added[2]["special"], true);
+        let tok = load(&f);
+        assert_eq!(tok.encode("a<|im_start|>b", false).unwrap().get_ids()[1], 1);
+    }
+
+    #[test]
+    fn empty_merges_are_refused() {
+        let err = files("qwen2", |b| {
+            b.set_kv("tokenizer.ggml.merges", MetadataValue::Array(vec![]))
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("tokenizer.ggml.merges"), "{err}");
     }
 
     #[test]

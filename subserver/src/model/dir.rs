@@ -6,6 +6,16 @@ use std::path::{Path, PathBuf};
 use crate::error::EngineError;
 use model_files::hf_config::{ModelConfig, TokenIds};
 
+/// Where a model directory's weights are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WeightSource {
+    /// safetensors files (one, or the shards of an index).
+    Safetensors(Vec<PathBuf>),
+    /// A GGUF (`model.gguf`, as `import-gguf --link` writes it), read and
+    /// dequantized at load.
+    Gguf(PathBuf),
+}
+
 /// The files of one model directory.
 #[derive(Debug, Clone)]
 pub struct ModelDir {
@@ -29,6 +39,18 @@ impl ModelDir {
             path: path.to_path_buf(),
             config,
         })
+    }
+
+    /// The weights: safetensors when the directory has any (see
+    /// [`Self::weight_files`]), else its `model.gguf`.
+    pub fn weight_source(&self) -> Result<WeightSource, EngineError> {
+        let gguf = self.path.join(model_files::gguf::LINKED_GGUF);
+        let has_safetensors = self.path.join("model.safetensors.index.json").exists()
+            || self.path.join("model.safetensors").exists();
+        if !has_safetensors && gguf.exists() {
+            return Ok(WeightSource::Gguf(gguf));
+        }
+        self.weight_files().map(WeightSource::Safetensors)
     }
 
     /// The safetensors files: the shards named by `model.safetensors.index.json`,
@@ -68,7 +90,7 @@ impl ModelDir {
         } else {
             Err(EngineError::Load(model_files::LoadError::InvalidModel {
                 path: self.path.clone(),
-                reason: "no model.safetensors or model.safetensors.index.json".into(),
+                reason: "no model.safetensors, model.safetensors.index.json or model.gguf".into(),
             }))
         }
     }

@@ -13,7 +13,7 @@ use crate::error::EngineError;
 use crate::kv::storage::{bytes_per_block, KvStorage};
 use crate::kv::KvManager;
 use crate::model::decoder::Decoder;
-use crate::model::dir::ModelDir;
+use crate::model::dir::{ModelDir, WeightSource};
 use crate::model::weights::Weights;
 use crate::runner::layout::{BatchLayout, LayoutItem};
 use crate::runner::memory::{num_blocks, KvBudget};
@@ -73,7 +73,12 @@ impl TchRunner {
         ensure_device(opts.device)?;
         let dir = ModelDir::open(&opts.model_dir)?;
         let kind: tch::Kind = opts.dtype.into();
-        let weights = Weights::load(&dir.path, &dir.weight_files()?, kind, opts.device)?;
+        let weights = match dir.weight_source()? {
+            WeightSource::Safetensors(files) => {
+                Weights::load(&dir.path, &files, kind, opts.device)?
+            }
+            WeightSource::Gguf(gguf) => Weights::load_gguf(&dir.path, &gguf, kind, opts.device)?,
+        };
         let decoder = Decoder::new(&dir.config, weights, kind, opts.device)?;
         Self::with_decoder(decoder, &dir, opts)
     }

@@ -7,16 +7,25 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::config::{DType, DeviceSpec, ModelSpec};
-use crate::model::dir::ModelDir;
+use crate::model::dir::{ModelDir, WeightSource};
 use crate::service::ServiceError;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
-/// Parameters in the model directory's safetensors files (headers only).
+/// Parameters in the model directory's safetensors files (headers only),
+/// or in its GGUF.
 pub fn parameter_count(dir: &Path) -> Result<u64, String> {
-    let files = ModelDir::open(dir)
-        .and_then(|d| d.weight_files())
-        .map_err(|e| e.to_string())?;
+    let files = match ModelDir::open(dir)
+        .and_then(|d| d.weight_source())
+        .map_err(|e| e.to_string())?
+    {
+        WeightSource::Safetensors(files) => files,
+        WeightSource::Gguf(gguf) => {
+            return model_files::gguf::GgufWeights::open(&gguf)
+                .map(|w| w.parameter_count())
+                .map_err(|e| e.to_string())
+        }
+    };
     let mut total = 0u64;
     for file in files {
         // The safetensors header: a little-endian u64 length, then JSON.
