@@ -38,6 +38,7 @@ pub mod gemm;
 pub mod layer_ops;
 pub mod paged_attention;
 pub mod parallel;
+pub mod quant;
 mod row_stats;
 pub mod sampling;
 mod selection;

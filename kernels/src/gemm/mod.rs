@@ -19,7 +19,7 @@
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-mod micro;
+pub(crate) mod micro;
 mod pack;
 #[cfg(test)]
 mod tests;
@@ -125,13 +125,13 @@ pub fn matmul<X: KvElem, O: KvElem>(
 }
 
 /// The row blocks of `rows`: whole blocks of [`BLOCK_ROWS`], then the rest.
-fn blocks(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+pub(crate) fn blocks(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
     (0..rows.div_ceil(BLOCK_ROWS)).map(move |b| b * BLOCK_ROWS..((b + 1) * BLOCK_ROWS).min(rows))
 }
 
 /// `x` widened to f32 and transposed per row block: block `b` of `r` rows
 /// at `scratch[b * 16 * k..]`, laid out `[k][r]`.
-fn widen_blocks<X: KvElem>(x: &[X], rows: usize, k: usize, scratch: &mut Vec<f32>) {
+pub(crate) fn widen_blocks<X: KvElem>(x: &[X], rows: usize, k: usize, scratch: &mut Vec<f32>) {
     // Every value a block reads is written below: grow, never clear.
     let need = rows.div_ceil(BLOCK_ROWS) * BLOCK_ROWS * k;
     if scratch.len() < need {
@@ -150,7 +150,7 @@ fn widen_blocks<X: KvElem>(x: &[X], rows: usize, k: usize, scratch: &mut Vec<f32
 
 /// The output's base pointer, shared by the tasks: each writes only the
 /// columns of its own panels, so no two write the same element.
-struct OutPtr<O>(*mut O);
+pub(crate) struct OutPtr<O>(pub(crate) *mut O);
 
 // SAFETY: tasks write disjoint elements (see `OutPtr`), and `matmul`
 // returns only after every task has finished.
@@ -159,7 +159,7 @@ unsafe impl<O: Send> Sync for OutPtr<O> {}
 
 /// Writes a block's accumulators (`acc[i]` for row `block.start + i`) to
 /// panel `p`'s columns of `out`, adding the bias and rounding.
-fn store<O: KvElem>(
+pub(crate) fn store<O: KvElem>(
     acc: &[[f32; PANEL]],
     block: std::ops::Range<usize>,
     p: usize,
