@@ -21,6 +21,14 @@ pub fn recv<T>(rx: &mut UnboundedReceiver<T>, what: &str) -> Option<T> {
         .unwrap_or_else(|_| panic!("hang: {what} within {HANG:?}"))
 }
 
+/// Waits for the next change of `rx`; fails naming `what` if its sender is
+/// gone or nothing changes within [`HANG`].
+pub fn changed<T>(rx: &mut tokio::sync::watch::Receiver<T>, what: &str) {
+    RT.with(|rt| rt.block_on(async { tokio::time::timeout(HANG, rx.changed()).await }))
+        .unwrap_or_else(|_| panic!("hang: {what} within {HANG:?}"))
+        .unwrap_or_else(|_| panic!("{what}: its sender is gone"));
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

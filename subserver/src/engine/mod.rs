@@ -260,14 +260,8 @@ impl<R: ModelRunner> BatchEngine<R> {
             if let Some(finish) = self.running[i].finish {
                 let seq = self.running.remove(i);
                 let all = seq.all_tokens();
-                if self
-                    .runner
-                    .kv()
-                    .release(seq.id, &all[..seq.computed])
-                    .is_err()
-                {
-                    self.runner.kv().discard(seq.id);
-                }
+                // A failure is logged and counted once in the KV manager.
+                self.runner.kv().finish(seq.id, &all[..seq.computed]);
                 self.finished.push(Completion {
                     id: seq.id,
                     tokens: seq.output,

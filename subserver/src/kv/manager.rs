@@ -174,11 +174,23 @@ impl KvManager {
 
     /// `rid` finished normally: the full blocks whose KV is written
     /// (`computed_tokens` are the token ids at positions `0..len`) go to the
-    /// prefix cache, then the request's references are dropped. On error
+    /// prefix cache, then the request's references are dropped. On a refusal
     /// (unknown rid, more tokens than reserved, tokens that contradict the
     /// cached prefix the request was admitted with) nothing changed; the
-    /// caller may still [`Self::free`] it.
+    /// caller may still [`Self::free`] it ([`Self::finish`] does). Every
+    /// failure is a bug: logged at error level and counted once in
+    /// [`Self::free_errors`].
     pub fn release(&mut self, rid: u64, computed_tokens: &[u32]) -> Result<(), KvError> {
+        if let Err(e) = self.cache_written(rid, computed_tokens) {
+            self.free_errors += 1;
+            tracing::error!(rid, error = %e, "KV release refused: nothing cached or freed");
+            return Err(e);
+        }
+        self.free(rid)
+    }
+
+    /// The caching half of [`Self::release`]: validates, then inserts.
+    fn cache_written(&mut self, rid: u64, computed_tokens: &[u32]) -> Result<(), KvError> {
         let request = self
             .requests
             .get(&rid)
@@ -201,7 +213,18 @@ impl KvManager {
                 "kv release"
             );
         }
-        self.free(rid)
+        Ok(())
+    }
+
+    /// A request that ended normally leaves: [`Self::release`], and when the
+    /// release was refused (the request still holds its blocks), a free
+    /// without caching. Each failure is logged and counted once, where it
+    /// happened, so a caller has nothing to do on failure and a failed free
+    /// is never counted twice.
+    pub fn finish(&mut self, rid: u64, computed_tokens: &[u32]) {
+        if self.release(rid, computed_tokens).is_err() && self.contains(rid) {
+            self.discard(rid);
+        }
     }
 
     /// Drops `rid`'s blocks without caching them (cancel, preemption).
@@ -361,6 +384,10 @@ impl KvManager {
         self.allocator.ref_count(block).map(|_| block as usize)
     }
 }
+
+#[cfg(test)]
+#[path = "finish_tests.rs"]
+mod finish_tests;
 
 #[cfg(test)]
 mod tests {

@@ -14,8 +14,8 @@ use crate::scheduler::client::{RequestError, StreamEvent, SubmitOptions, Usage};
 use crate::scheduler::group::{Group, GroupSettings, MemberSpec};
 use policies::{build_in, LiveThreshold, Placement, PolicyEnv};
 
-/// Deadline of every wait: only a hang reaches it, even on a loaded machine.
-pub(super) const HANG: Duration = Duration::from_secs(60);
+// Deadline of every wait (test-support's): only a hang reaches it.
+pub(super) use test_support::HANG;
 
 pub(super) struct Opts {
     pub(super) latencies: [f64; 2],

@@ -2,14 +2,16 @@
 //! transports, Prometheus text and the admin API over HTTP.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::config::EngineConfig;
 use crate::sampling::SamplingParams;
-use crate::scheduler::client::StreamEvent;
+use crate::scheduler::client::{RequestError, StreamEvent};
 use crate::service::Service;
+use test_support::{free_ports, stream, HANG};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 fn yaml(transport: &str) -> String {
     format!(
@@ -131,17 +133,14 @@ fn in_process_group_from_yaml_serves_metrics_and_admin() {
     run_requests(&svc, 4, 10); // still serving after the table changed
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// The next event of `rx` (test-support's bounded wait).
+fn next_event(rx: &mut UnboundedReceiver<StreamEvent>, what: &str) -> StreamEvent {
+    stream::recv(rx, what).unwrap_or_else(|| panic!("{what}: the stream closed without an event"))
 }
 
 #[test]
 fn tcp_group_routes_and_cancels_like_the_in_process_one() {
-    let (a, b) = (free_port(), free_port());
+    let [a, b] = free_ports();
     let transport = format!("transport: {{kind: tcp, addresses: {{quick: \"127.0.0.1:{a}\", reference: \"127.0.0.1:{b}\"}}}}");
     let cfg = EngineConfig::from_yaml_str(&yaml(&transport), Path::new(".")).unwrap();
     let svc = Service::start(&cfg, None).unwrap();
@@ -153,24 +152,36 @@ fn tcp_group_routes_and_cancels_like_the_in_process_one() {
     let (rid, mut rx) = svc
         .group()
         .submit(vec![7, 7, 7], SamplingParams::greedy(5000));
-    std::thread::sleep(Duration::from_millis(100));
-    svc.group().cancel(rid);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        assert!(Instant::now() < deadline, "cancel did not end the request");
-        match rx.try_recv() {
-            Ok(StreamEvent::Failed(_)) => break,
-            Ok(StreamEvent::Finished { .. }) => panic!("finished instead of cancelled"),
-            _ => std::thread::sleep(Duration::from_millis(2)),
-        }
+    // Cancelled once it is running (its first token is the event), far
+    // before its 5000 tokens could end it.
+    match next_event(&mut rx, "the first token") {
+        StreamEvent::Token { .. } => {}
+        other => panic!("ended before its first token: {other:?}"),
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while (0..2).any(|m| svc.group().stats(m).kv_requests > 0) {
-        assert!(
-            Instant::now() < deadline,
-            "KV not freed on every model after cancel over TCP"
-        );
-        std::thread::sleep(Duration::from_millis(10));
+    let mut freed: Vec<_> = (0..2)
+        .map(|m| svc.group().freed(m).expect("an in-process model"))
+        .collect();
+    svc.group().cancel(rid);
+    let end = loop {
+        match next_event(&mut rx, "the end after the cancel") {
+            StreamEvent::Token { .. } => continue,
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(end, StreamEvent::Failed(RequestError::Cancelled)),
+        "a cancel must end the request as Cancelled, not {end:?}"
+    );
+    // Each scheduler signals when it has freed requests; wait on that.
+    for (m, rx) in freed.iter_mut().enumerate() {
+        let deadline = Instant::now() + HANG;
+        while svc.group().stats(m as u16).kv_requests > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "hang: KV of model {m} not freed after a cancel over TCP"
+            );
+            stream::changed(rx, "a scheduler's freed signal");
+        }
     }
 }
 

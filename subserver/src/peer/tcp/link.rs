@@ -466,8 +466,8 @@ mod tests {
         assert_eq!(err.first_unwritten, 0, "{}", err.error);
     }
 
-    /// Deadline that only a hang reaches.
-    const HANG: Duration = Duration::from_secs(60);
+    // Deadline that only a hang reaches (test-support's).
+    use test_support::HANG;
 
     #[test]
     fn closed_flag_stops_a_blocked_write() {

@@ -11,9 +11,9 @@ use super::*;
 use crate::peer::codec::{read_frame, Handshake, PROTOCOL_VERSION};
 use crate::peer::message::{PeerReq, Rid};
 
-/// Deadline of every wait: long enough that only a hang reaches it on a
-/// loaded machine (the tests wait on events, never on elapsed time).
-const HANG: Duration = Duration::from_secs(60);
+// Deadline of every wait (test-support's): only a hang reaches it; the
+// tests wait on events, never on elapsed time.
+use test_support::HANG;
 
 /// Shutdown grace of the tests: a thread still running after it ignored
 /// the stop (the tests that check stops give it far longer work than this).

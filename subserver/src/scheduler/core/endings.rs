@@ -17,9 +17,12 @@ impl<R: ModelRunner> Scheduler<R> {
         if !seq.admitted {
             return;
         }
+        // Either way a failure is logged and counted (`kv_free_errors`, which
+        // fails the invariant check) once, inside the KV manager.
         let kv = self.runner.kv();
-        let cached = cache && kv.release(seq.rid, &seq.tokens[..seq.computed]).is_ok();
-        if !cached {
+        if cache {
+            kv.finish(seq.rid, &seq.tokens[..seq.computed]);
+        } else {
             kv.discard(seq.rid);
         }
     }
