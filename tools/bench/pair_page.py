@@ -7,7 +7,7 @@ Usage: pair_page.py --max-tokens N --ref LABEL=ref.json [--ref ...]
 Each ref.json is pair_reference.py's output for one model: both servers'
 greedy token ids, each side's reported log-probabilities (its chosen token
 and its listed alternatives), and the f32 reference's log-probabilities
-along both paths and its own greedy answer.
+along both paths (its top-5 at each position).
 
 Per prompt: how many leading tokens our server and llama-server share,
 and at the first difference whether precision explains it. The f32
@@ -71,15 +71,21 @@ def margin_errors(lp, top, f32_lp, f32_alt, upto):
 
 
 def truncate(p, n):
-    """The prompt's three paths cut to the first n tokens."""
-    return p["ours_ids"][:n], p["llama_ids"][:n], p["ref_ids"][:n]
+    """The two servers' answers cut to the first n tokens."""
+    return p["ours_ids"][:n], p["llama_ids"][:n]
+
+
+def f32_follows(ids, f32_top):
+    """How many leading tokens of `ids` are the f32 top-1 (teacher-forced
+    along `ids`): the length the f32 model's own greedy answer shares."""
+    return prefix(ids, [row[0][0] for row in f32_top])
 
 
 def deltas(prompts, n):
     """Per side, the margin error delta over the positions both servers shared."""
     errs = {"ours": [], "llama": []}
     for p in prompts:
-        o, l, _ = truncate(p, n)
+        o, l = truncate(p, n)
         k = prefix(o, l)
         errs["llama"] += margin_errors(p["llama_lp"], p["llama_top"], p["f32_lp_llama"], p["f32_lp_llama_top"], k)
         errs["ours"] += margin_errors(p["ours_lp"], p["ours_top"], p["f32_lp_ours"], p["f32_lp_ours_top"], k)
@@ -88,7 +94,7 @@ def deltas(prompts, n):
 
 def divergence(p, n, delta):
     """At the first difference of the two servers: what the f32 reference says."""
-    o, l, _ = truncate(p, n)
+    o, l = truncate(p, n)
     k = prefix(o, l)
     if k >= min(len(o), len(l)):
         return None
@@ -105,6 +111,17 @@ def divergence(p, n, delta):
 SIDE = {"ours": "ours", "llama": "llama.cpp"}
 
 
+def f32_departure(ids, f32_top, f32_lp, delta):
+    """Where a side first leaves the f32 top-1, with the f32 margin it left
+    by and whether that margin is within the side's delta (a near tie)."""
+    k = f32_follows(ids, f32_top)
+    if k >= len(ids):
+        return f"{k}", None
+    m = f32_top[k][0][1] - f32_lp[k]
+    near = delta is not None and m <= delta
+    return f"{k} (by {m:.3f}: {'near tie' if near else '**beyond delta**'})", near
+
+
 def show(p, tid):
     """A token as `text` (id)."""
     text = p.get("text_of", {}).get(str(tid), "?")
@@ -116,8 +133,9 @@ def model_section(label, doc, n):
     prompts = doc["prompts"]
     delta, samples = deltas(prompts, n)
     rows, identical, agreed, explained, differ = [], 0, [], 0, 0
+    left = {"ours": [], "llama": []}  # per departure from f32: a near tie?
     for p in prompts:
-        o, l, r = truncate(p, n)
+        o, l = truncate(p, n)
         k = prefix(o, l)
         agreed.append(k)
         d = divergence(p, n, delta)
@@ -133,20 +151,28 @@ def model_section(label, doc, n):
                   f"{d['f32_lp'][d['llama']]:.3f}; f32 top-1 {show(p, d['top1'])}; departs: {dep}")
             verdict = ("yes: a near tie within the departing side's delta" if d["explained"]
                        else "no: the margin exceeds the departing side's delta")
+        fo, near_o = f32_departure(o, p["f32_top_ours"], p["f32_lp_ours"], delta["ours"])
+        fl, near_l = f32_departure(l, p["f32_top_llama"], p["f32_lp_llama"], delta["llama"])
+        for side, near in (("ours", near_o), ("llama", near_l)):
+            if near is not None:
+                left[side].append(near)
         rows.append(f"| {p['id']} | {'yes' if p['prompt_ids_equal'] else '**no**'} | {len(o)} | {len(l)} | "
-                    f"{k} | {prefix(o, r)} / {prefix(l, r)} | {at} | {verdict} |")
+                    f"{k} | {fo} | {fl} | {at} | {verdict} |")
     fmt = {s: ("n/a" if v is None else f"{v:.3f}") for s, v in delta.items()}
     head = (f"## {label}\n\n"
             f"{identical} of {len(prompts)} answers identical over the first {n} tokens; leading tokens in "
             f"common: {', '.join(map(str, agreed))} (mean {sum(agreed) / len(agreed):.1f}). "
             f"Of the {differ} that differ, precision explains {explained}. Margin error delta "
             f"(p99 over {samples['ours']} / {samples['llama']} competitive alternatives where the servers agreed): "
-            f"ours {fmt['ours']} nats, llama.cpp {fmt['llama']} nats.\n\n"
+            f"ours {fmt['ours']} nats, llama.cpp {fmt['llama']} nats. "
+            f"Against the f32 reference's own greedy answer: ours leaves it on {len(left['ours'])} prompts "
+            f"({sum(left['ours'])} near ties), llama.cpp on {len(left['llama'])} ({sum(left['llama'])} near ties).\n\n"
             "| prompt | same prompt ids | ours tokens | llama.cpp tokens | leading tokens agree | "
-            "f32 greedy agrees with ours / llama.cpp | at the first difference (f32 logprobs) | "
-            "explained by precision? |\n|---|---|---|---|---|---|---|---|\n")
+            "ours follows f32 greedy for | llama.cpp follows f32 greedy for | "
+            "at the first difference (f32 logprobs) | explained by precision? |\n"
+            "|---|---|---|---|---|---|---|---|---|\n")
     return head + "\n".join(rows), {"identical": identical, "prompts": len(prompts), "differ": differ,
-                                    "explained": explained, "agreed": agreed}
+                                    "explained": explained, "agreed": agreed, "left": left}
 
 
 def main():
@@ -168,7 +194,9 @@ def main():
         f"- {label}: {t['identical']}/{t['prompts']} identical over {a.max_tokens} tokens, "
         f"{sum(t['agreed']) / len(t['agreed']):.1f} leading tokens in common on average; "
         f"of {t['differ']} differences, {t['explained']} explained by precision (a near tie), "
-        f"{t['differ'] - t['explained']} not."
+        f"{t['differ'] - t['explained']} not; against the f32 reference's greedy answer, ours leaves it on "
+        f"{len(t['left']['ours'])} prompts ({len(t['left']['ours']) - sum(t['left']['ours'])} beyond its delta), "
+        f"llama.cpp on {len(t['left']['llama'])} ({len(t['left']['llama']) - sum(t['left']['llama'])} beyond its delta)."
         for label, t in totals)
     sys.stdout.write("\0".join([summary] + sections))
 

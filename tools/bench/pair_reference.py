@@ -13,9 +13,12 @@ pair_collect.py wrote llama.json (llama-server, token ids) and ours.json
 2. loads the GGUF into transformers' Qwen2 in f32 (every quantized block
    dequantized: the exact values both servers multiply by);
 3. per prompt, on the prompt ids our server rendered: one teacher-forced
-   forward along llama-server's answer and one along ours (the f32
-   log-probability of each token either side chose, and the f32 top-5 at
-   each position), and the f32 model's own greedy answer of the same length.
+   forward along llama-server's answer and one along ours: the f32
+   log-probability of each token either side chose and of each alternative
+   it listed, and the f32 top-5 at each position. Where the f32 top-1
+   follows a side's tokens, the f32 model's own greedy answer is that side's
+   answer: the first position where it does not is where they part, so no
+   separate generation is needed.
 
 Needs the reference venv (torch, transformers, gguf).
 """
@@ -105,18 +108,6 @@ def score_path(model, prompt_ids, ids, alts):
     return chosen, tops, alt_lp
 
 
-@torch.no_grad()
-def greedy(model, prompt_ids, n, eog, eos):
-    """The f32 model's own greedy answer, up to n tokens (an end token kept as eos)."""
-    out = model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
-                         max_new_tokens=n, do_sample=False, eos_token_id=sorted(eog), pad_token_id=eos)
-    ids = out[0, len(prompt_ids):].tolist()
-    for k, t in enumerate(ids):
-        if t in eog:
-            return ids[:k] + [eos]
-    return ids
-
-
 def main():
     """Command line entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
@@ -150,12 +141,11 @@ def main():
                     for t in op["tokens"]][:len(ours_ids)]
         lp_llama, top_llama, alt_llama = score_path(model, prompt_ids, llama_ids, [[t for t, _ in x] for x in llama_top])
         lp_ours, top_ours, alt_ours = score_path(model, prompt_ids, ours_ids, [[t for t, _ in x] for x in ours_top])
-        ref_ids = greedy(model, prompt_ids, max(len(llama_ids), len(ours_ids), 1), eog, eos)
         results.append({
             "id": op["id"],
             "prompt_ids_equal": prompt_ids == lp_["prompt_ids"],
             "prompt_tokens": len(prompt_ids),
-            "llama_ids": llama_ids, "ours_ids": ours_ids, "ref_ids": ref_ids,
+            "llama_ids": llama_ids, "ours_ids": ours_ids,
             "ours_ambiguous": [i for i, c in enumerate(ours_cands) if len(c) > 1],
             "llama_lp": [t["logprob"] for t in lp_["tokens"]][:len(llama_ids)],
             "ours_lp": [t["logprob"] for t in op["tokens"]][:len(ours_ids)],
@@ -164,7 +154,7 @@ def main():
             "llama_top": llama_top, "ours_top": ours_top,
             "f32_lp_llama_top": alt_llama, "f32_lp_ours_top": alt_ours,
             "texts": {"llama": lp_["text"], "ours": op["text"]},
-            "text_of": {str(t): texts[t] for t in set(llama_ids) | set(ours_ids) | set(ref_ids)
+            "text_of": {str(t): texts[t] for t in set(llama_ids) | set(ours_ids)
                         | {x[0] for row in top_llama + top_ours for x in row}},
         })
         print(f"[f32 {os.path.basename(a.gguf)}] {op['id']} scored", flush=True)

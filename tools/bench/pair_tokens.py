@@ -24,8 +24,12 @@ def path_ids(side, prompt, by_text, eog, eos):
     when the answer stopped on its own (finish_reason `stop`), so that both
     sides show an early stop the same way.
     """
+    tokens = prompt["tokens"]
+    if side == "ours" and prompt["finish_reason"] == "stop" and tokens and tokens[-1]["text"] == "":
+        # An end token shown as empty text (special tokens not rendered).
+        tokens = tokens[:-1]
     cands = []
-    for t in prompt["tokens"]:
+    for t in tokens:
         if side == "llama":
             cands.append([t["id"]])
         elif t["text"] in by_text:

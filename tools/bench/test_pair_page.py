@@ -18,12 +18,12 @@ def lp(p):
     return math.log(p)
 
 
-def prompt(ours, llama, ref=None, **over):
+def prompt(ours, llama, **over):
     """A ref.json prompt entry with every side confident (logprob ~0) by default."""
     n_o, n_l = len(ours), len(llama)
     p = {
         "id": "p", "prompt_ids_equal": True,
-        "ours_ids": ours, "llama_ids": llama, "ref_ids": ref if ref is not None else ours,
+        "ours_ids": ours, "llama_ids": llama,
         "ours_lp": [lp(0.9)] * n_o, "llama_lp": [lp(0.9)] * n_l,
         "ours_top": [[[t, lp(0.9)], [50, lp(0.05)]] for t in ours],
         "llama_top": [[[t, lp(0.9)], [50, lp(0.05)]] for t in llama],
@@ -31,6 +31,7 @@ def prompt(ours, llama, ref=None, **over):
         "f32_lp_ours_top": [[lp(0.9), lp(0.05)] for _ in ours],
         "f32_lp_llama_top": [[lp(0.9), lp(0.05)] for _ in llama],
         "f32_top_llama": [[[t, lp(0.9)]] for t in llama],
+        "f32_top_ours": [[[t, lp(0.9)]] for t in ours],
         "text_of": {},
     }
     p.update(over)
@@ -46,6 +47,10 @@ class Agreement(unittest.TestCase):
     def test_identical_answers_have_no_divergence(self):
         p = prompt([1, 2, 3], [1, 2, 3])
         self.assertIsNone(pair_page.divergence(p, 64, {"ours": 0.1, "llama": 0.1}))
+
+    def test_f32_greedy_agreement_from_its_top1(self):
+        self.assertEqual(pair_page.f32_follows([1, 2, 3], [[[1, 0.0]], [[2, 0.0]], [[4, 0.0]]]), 2)
+        self.assertEqual(pair_page.f32_follows([1, 2], [[[1, 0.0]], [[2, 0.0]]]), 2)
 
     def test_only_the_first_max_tokens_count(self):
         p = prompt([1, 2, 3, 4], [1, 2, 3, 5])
@@ -118,6 +123,9 @@ class Tokens(unittest.TestCase):
         self.assertEqual(pair_tokens.path_ids("ours", ans, by_text, {EOS}, EOS), [[1], [EOS]])
         ans["tokens"].pop()
         self.assertEqual(pair_tokens.path_ids("ours", ans, by_text, {EOS}, EOS), [[1], [EOS]])
+        ans["tokens"].append({"text": ""})  # an end token shown as empty text
+        self.assertEqual(pair_tokens.path_ids("ours", ans, by_text, {EOS}, EOS), [[1], [EOS]])
+        ans["tokens"].pop()
         ans["finish_reason"] = "length"
         self.assertEqual(pair_tokens.path_ids("ours", ans, by_text, {EOS}, EOS), [[1]])
 
