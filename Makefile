@@ -167,6 +167,21 @@ $(SMOLLM2_R2R)/router.pt: $(SMOLLM2_HEALED)/config.json $(TEACHER) tools/heal/r2
 $(QWEN3_TINY)/config.json: $(QWEN_TOK) | build
 	$(BIN) gen-random --preset tiny $(QWEN3_TINY) --seed 7 --tokenizer-dir $(ASSETS)/qwen3-tokenizer
 
+# The coder pair's model folders (config/coder.yaml): the JSON files and the
+# GGUF itself as model.gguf (a hard link, no dequantized copy on disk),
+# with Qwen2.5-Coder-Instruct's published generation_config.json values.
+PAIR_GENERATION := data/models/qwen2.5-coder-instruct.generation_config.json
+PAIR_SMALL := $(MODELS)/qwen2.5-coder-0.5b
+PAIR_LARGE := $(MODELS)/qwen2.5-coder-1.5b
+
+$(PAIR_SMALL)/config.json: $(PAIR_SMALL_GGUF) $(PAIR_GENERATION) | build
+	rm -rf $(PAIR_SMALL)
+	$(BIN) import-gguf --link --generation-config $(PAIR_GENERATION) $(PAIR_SMALL_GGUF) $(PAIR_SMALL)
+
+$(PAIR_LARGE)/config.json: $(PAIR_LARGE_GGUF) $(PAIR_GENERATION) | build
+	rm -rf $(PAIR_LARGE)
+	$(BIN) import-gguf --link --generation-config $(PAIR_GENERATION) $(PAIR_LARGE_GGUF) $(PAIR_LARGE)
+
 # The binary's build and the downloads `make run` needs next (the reference
 # venv, the GGUFs) at once: cargo is CPU-bound, pip mostly waits on the
 # network, so a cold `make run` overlaps them instead of queueing them.
@@ -175,7 +190,7 @@ prefetch:
 
 # What `make run` serves (the default pair), built before anything only
 # tests and benchmarks use (the R2R router, the 20-layer exit, Qwen3).
-run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(PAIR_LARGE_GGUF) $(PAIR_SMALL_GGUF)
+run-assets: prefetch build $(SMOLLM2)/config.json $(SMOLLM2_SMALL)/config.json $(SMOLLM2_HEALED)/config.json $(PAIR_LARGE_GGUF) $(PAIR_SMALL_GGUF) $(PAIR_SMALL)/config.json $(PAIR_LARGE)/config.json
 
 assets: run-assets $(SMOLLM2_R2R)/router.pt $(SMOLLM2_MID)/config.json $(QWEN3_TINY)/config.json
 

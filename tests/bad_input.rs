@@ -232,6 +232,9 @@ fn a_group_without_a_shared_vocabulary_is_refused_at_start_up() {
         .err()
         .expect("a mixed group started");
     let e = e.to_string();
-    assert!(e.contains("do not share a vocabulary"), "{e}");
+    assert!(
+        e.contains("do not share a tokenizer") && e.contains("vocabularies differ"),
+        "{e}"
+    );
     assert!(e.contains("`quick`") && e.contains("`reference`"), "{e}");
 }

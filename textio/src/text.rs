@@ -82,6 +82,82 @@ impl TextTokenizer {
                 && self.inner.get_vocab(true) == other.inner.get_vocab(true))
     }
 
+    /// What differs between the two tokenizers, if anything that changes
+    /// which ids a text becomes or what an id means: the vocabulary, the
+    /// added (special) tokens, the merges, or how text is normalized and
+    /// split before the merges. `None`: one tokenizer, as token-level
+    /// routing needs.
+    pub fn difference(&self, other: &TextTokenizer) -> Option<String> {
+        if Arc::ptr_eq(&self.inner, &other.inner) {
+            return None;
+        }
+        let (va, vb) = (self.inner.get_vocab(false), other.inner.get_vocab(false));
+        if va != vb {
+            let sample = va
+                .iter()
+                .filter(|(tok, id)| vb.get(*tok) != Some(id))
+                .min_by_key(|(_, id)| **id)
+                .map(|(tok, id)| format!("; `{tok}` is id {id} in the first only"))
+                .unwrap_or_default();
+            return Some(format!(
+                "the vocabularies differ ({} and {} tokens{sample})",
+                va.len(),
+                vb.len()
+            ));
+        }
+        let added = |t: &Self| -> std::collections::BTreeMap<u32, (String, bool)> {
+            t.inner
+                .get_added_tokens_decoder()
+                .into_iter()
+                .map(|(id, tok)| (id, (tok.content, tok.special)))
+                .collect()
+        };
+        let (aa, ab) = (added(self), added(other));
+        if aa != ab {
+            let id = aa
+                .keys()
+                .chain(ab.keys())
+                .find(|id| aa.get(id) != ab.get(id))
+                .copied()
+                .unwrap_or_default();
+            let show = |m: &std::collections::BTreeMap<u32, (String, bool)>| match m.get(&id) {
+                Some((content, true)) => format!("special `{content}`"),
+                Some((content, false)) => format!("added `{content}` (not special)"),
+                None => "absent".to_string(),
+            };
+            return Some(format!(
+                "the special tokens differ (id {id}: {} in the first, {} in the second)",
+                show(&aa),
+                show(&ab)
+            ));
+        }
+        let part = |t: &Self, what: &str| -> serde_json::Value {
+            let value = match what {
+                "merges" => serde_json::to_value(t.inner.get_model())
+                    .ok()
+                    .and_then(|m| m.get("merges").cloned()),
+                "normalizer" => serde_json::to_value(t.inner.get_normalizer()).ok(),
+                _ => serde_json::to_value(t.inner.get_pre_tokenizer()).ok(),
+            };
+            value.unwrap_or(serde_json::Value::Null)
+        };
+        let (ma, mb) = (part(self, "merges"), part(other, "merges"));
+        if ma != mb {
+            let len = |m: &serde_json::Value| m.as_array().map_or(0, Vec::len);
+            return Some(format!(
+                "the merges differ ({} and {} merges)",
+                len(&ma),
+                len(&mb)
+            ));
+        }
+        for what in ["normalizer", "pre-tokenizer"] {
+            if part(self, what) != part(other, what) {
+                return Some(format!("the {what}s differ (text is split differently)"));
+            }
+        }
+        None
+    }
+
     /// The id of a token string (vocabulary or added token), if any.
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
@@ -122,6 +198,64 @@ mod tests {
         assert_eq!(with_special.first(), Some(&151_644));
         assert_eq!(with_special.last(), Some(&151_645));
         assert_eq!(tok.decode(&with_special, true).unwrap(), "user\nhi");
+    }
+
+    /// A small byte-level BPE tokenizer.json, edited by `edit`.
+    fn tiny(edit: impl FnOnce(&mut serde_json::Value)) -> TextTokenizer {
+        let mut vocab = serde_json::Map::new();
+        for (i, t) in ["a", "b", "c", "ab", "abc", "<|im_end|>"]
+            .iter()
+            .enumerate()
+        {
+            vocab.insert(t.to_string(), serde_json::json!(i));
+        }
+        let mut v = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null,
+            "added_tokens": [{"id": 5, "content": "<|im_end|>", "single_word": false,
+                "lstrip": false, "rstrip": false, "normalized": false, "special": true}],
+            "normalizer": null, "pre_tokenizer": null, "post_processor": null, "decoder": null,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null,
+                "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": vocab, "merges": ["a b", "ab c"]}
+        });
+        edit(&mut v);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, v.to_string()).unwrap();
+        TextTokenizer::from_file(&path).unwrap()
+    }
+
+    #[test]
+    fn difference_names_what_differs() {
+        let base = tiny(|_| {});
+        assert_eq!(base.difference(&tiny(|_| {})), None);
+        let d = base
+            .difference(&tiny(|v| v["model"]["vocab"]["c"] = serde_json::json!(9)))
+            .unwrap();
+        assert!(
+            d.contains("vocabularies differ") && d.contains("`c`"),
+            "{d}"
+        );
+        let d = base
+            .difference(&tiny(|v| v["model"]["merges"] = serde_json::json!(["a b"])))
+            .unwrap();
+        assert!(d.contains("merges differ") && d.contains("2 and 1"), "{d}");
+        let d = base
+            .difference(&tiny(|v| {
+                v["added_tokens"][0]["special"] = serde_json::json!(false)
+            }))
+            .unwrap();
+        assert!(
+            d.contains("special tokens differ") && d.contains("id 5"),
+            "{d}"
+        );
+        let d = base
+            .difference(&tiny(|v| {
+                v["normalizer"] = serde_json::json!({"type": "NFC"})
+            }))
+            .unwrap();
+        assert!(d.contains("normalizers differ"), "{d}");
     }
 
     #[test]

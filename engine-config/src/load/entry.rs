@@ -13,8 +13,13 @@ pub const DEFAULT_CONFIG_YAML: &str = include_str!("../../../config/default.yaml
 /// The text of `config/fast.yaml`, built into the binary.
 pub const FAST_CONFIG_YAML: &str = include_str!("../../../config/fast.yaml");
 
-/// The groups served when no file is given, in order: `default`, `fast`.
-pub const EMBEDDED_GROUPS_YAML: [&str; 2] = [DEFAULT_CONFIG_YAML, FAST_CONFIG_YAML];
+/// The text of `config/coder.yaml`, built into the binary.
+pub const CODER_CONFIG_YAML: &str = include_str!("../../../config/coder.yaml");
+
+/// The groups served when no file is given, in order: `default`, `fast`,
+/// `coder`.
+pub const EMBEDDED_GROUPS_YAML: [&str; 3] =
+    [DEFAULT_CONFIG_YAML, FAST_CONFIG_YAML, CODER_CONFIG_YAML];
 
 impl EngineConfig {
     /// Parses YAML text. Relative paths resolve against `base_dir`, and
@@ -55,7 +60,7 @@ impl EngineConfig {
     }
 
     /// Every group served when no file is given ([`EMBEDDED_GROUPS_YAML`]:
-    /// `config/default.yaml` then `config/fast.yaml`), paths resolved as
+    /// `config/default.yaml`, `config/fast.yaml`, `config/coder.yaml`), paths resolved as
     /// [`Self::embedded_default`] resolves them.
     pub fn embedded_groups() -> Result<Vec<Self>, ConfigError> {
         let cwd = std::env::current_dir().map_err(|source| ConfigError::Io {
@@ -280,13 +285,30 @@ mod tests {
     }
 
     #[test]
-    fn embedded_groups_are_default_then_fast_with_the_cards_sampling() {
+    fn embedded_groups_are_default_fast_and_coder_with_the_cards_sampling() {
         let groups = EngineConfig::embedded_groups().unwrap();
         let names: Vec<_> = groups
             .iter()
             .map(|g| g.gateway().served_model_name.as_str())
             .collect();
-        assert_eq!(names, ["default", "fast"]);
+        assert_eq!(names, ["default", "fast", "coder"]);
+        // coder: the Qwen2.5-Coder pair, the 0.5B writing, as its file says.
+        let coder = &groups[2];
+        assert_eq!(
+            coder.model_names(),
+            ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+        );
+        assert_eq!(coder.entry_index(), 0);
+        let from_file = example("coder.yaml");
+        assert_eq!(from_file.policy(), coder.policy());
+        assert_eq!(from_file.gateway(), coder.gateway());
+        assert!(coder
+            .model(1)
+            .unwrap()
+            .path
+            .as_ref()
+            .unwrap()
+            .ends_with("models/qwen2.5-coder-1.5b"));
         let card = crate::GenerationDefaults {
             temperature: Some(0.2),
             top_p: Some(0.9),

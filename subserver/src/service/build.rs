@@ -44,8 +44,10 @@ pub fn members(cfg: &EngineConfig) -> Result<Vec<MemberSpec>, ServiceError> {
 
 /// Refuses a group whose models' tokenizers differ, before any weights
 /// load: a token written by one model would be read as another token (or
-/// out of range) by the next. Models without a tokenizer on disk (simulated
-/// ones) are not compared.
+/// out of range) by the next. The vocabularies, the added (special)
+/// tokens, the merges and the text splitting must all be equal; the error
+/// says which differs and for which two models. Models without a tokenizer
+/// on disk (simulated ones) are not compared.
 pub fn check_shared_vocabulary(cfg: &EngineConfig) -> Result<(), ServiceError> {
     let loaded: Vec<(&str, TextTokenizer)> = cfg
         .models()
@@ -61,12 +63,13 @@ pub fn check_shared_vocabulary(cfg: &EngineConfig) -> Result<(), ServiceError> {
         return Ok(());
     };
     for (name, tok) in &loaded[1..] {
-        if !reference.same_vocabulary(tok) {
+        if let Some(what) = reference.difference(tok) {
             return Err(ServiceError::Unsupported(format!(
-                "models `{first}` ({} tokens) and `{name}` ({} tokens) do not share a \
-                 vocabulary: token-level routing needs one tokenizer for the whole group",
-                reference.vocab_size(),
-                tok.vocab_size()
+                "models `{first}` and `{name}` do not share a tokenizer: {what} \
+                 (first: {}, second: {}); token-level routing needs one tokenizer \
+                 for the whole group",
+                reference.path().display(),
+                tok.path().display()
             )));
         }
     }
@@ -280,6 +283,7 @@ pub fn runner(
                 model_dir: path.clone(),
                 device: spec.device.into(),
                 dtype: spec.dtype,
+                keep_quantized: spec.dtype_auto,
                 block_size: cfg.system().block_size,
                 kv_budget: planned_budget(cfg, i).map_err(model_err)?,
                 enable_prefix_cache: cfg.system().enable_prefix_cache,
