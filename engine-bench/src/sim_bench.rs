@@ -133,6 +133,30 @@ fn prompt(o: &SimBenchOptions, start: &Stagger, client: usize, k: u64) -> Vec<u3
         .collect()
 }
 
+/// Joins the client threads. A client that panicked sent less traffic than
+/// the run would count, so each is logged and the run fails naming how many.
+fn join_clients(clients: Vec<std::thread::JoinHandle<()>>) -> Result<(), EngineError> {
+    let total = clients.len();
+    let mut panicked = 0usize;
+    for c in clients {
+        if let Err(e) = c.join() {
+            panicked += 1;
+            let what = e
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| e.downcast_ref::<&str>().copied())
+                .unwrap_or("a non-text panic");
+            tracing::error!(panic = what, "a sim-bench client panicked");
+        }
+    }
+    if panicked > 0 {
+        return Err(EngineError::InvalidRequest(format!(
+            "{panicked} of {total} sim-bench clients panicked: the run sent less traffic than it would count"
+        )));
+    }
+    Ok(())
+}
+
 /// The seed of request `k` of client `client`: every request its own, so
 /// the routing draws (seeded per request) differ from request to request
 /// instead of replaying one fixed sequence per client.
@@ -231,9 +255,7 @@ fn run_group(o: &SimBenchOptions, models: &[usize]) -> Result<SimBenchReport, En
     let wall = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     drop(group_shutdown(group));
-    for c in clients {
-        let _ = c.join();
-    }
+    join_clients(clients)?;
     started?;
     let by_writer = &stats[0].committed_by_writer;
     let tokens: u64 = by_writer.iter().sum();
@@ -372,9 +394,7 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
     let wall = t0.elapsed().as_secs_f64();
     let after: Vec<_> = servers.servers.iter().map(|s| s.stats(0)).collect();
     stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        let _ = c.join();
-    }
+    join_clients(clients)?;
     started?;
     let per: Vec<u64> = counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     let tokens: u64 = per.iter().sum();
@@ -409,4 +429,21 @@ fn run_std(o: &SimBenchOptions) -> Result<SimBenchReport, EngineError> {
         tokens,
         wall_s: wall,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panicking_client_fails_the_run() {
+        let clients = vec![
+            std::thread::spawn(|| {}),
+            std::thread::spawn(|| panic!("client 1 broke")),
+            std::thread::spawn(|| {}),
+        ];
+        let err = join_clients(clients).unwrap_err().to_string();
+        assert!(err.contains("1 of 3 sim-bench clients panicked"), "{err}");
+        join_clients(vec![std::thread::spawn(|| {})]).unwrap();
+    }
 }
