@@ -36,31 +36,57 @@ fn name_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> {
         .or_else(|| too_long(&names::gateway(trd), "Service", MAX_SERVICE_NAME))
 }
 
-/// Under MPS every serving pod must request `nvidia.com/gpu`: the device
-/// plugin injects the MPS pipe directory only into containers it gives a
-/// GPU replica, and a pod without one would run outside MPS (or on no GPU).
+/// Under MPS every serving pod must request one `nvidia.com/gpu` (or the
+/// renamed `nvidia.com/gpu.shared`, the plugin's `renameByDefault`): the
+/// device plugin injects the MPS pipe directory only into containers it
+/// gives a GPU replica, and a pod without one would run outside MPS (or on
+/// no GPU). It refuses a request of more than one shared GPU
+/// (`failRequestsGreaterThanOne`, on by default under MPS), which would
+/// leave the StatefulSet failing to create the pod.
 fn mps_request_problem(trd: &TokenRouterDeployment) -> Option<(String, String)> {
     crate::build::mps::of(&trd.spec)?;
     let pods: Vec<&ModelSpec> = match trd.spec.placement {
         Placement::PodPerModel => trd.spec.models.iter().collect(),
         Placement::PodPerGroup => trd.spec.models.iter().filter(|m| m.entry).collect(),
     };
-    let missing = pods.into_iter().find(|m| {
+    for m in pods {
         let limits = m.resources.as_ref().and_then(|r| r.limits.as_ref());
-        limits.is_none_or(|l| l.get(GPU).is_none_or(|q| q.0 == "0"))
-    })?;
-    Some((
-        "MpsWithoutGpuRequest".into(),
-        format!(
-            "nodePool.mps is enabled but model {} requests no {GPU}: set \
-             resources.limits.{GPU}: 1 (one MPS replica of the device plugin)",
-            missing.name
-        ),
-    ))
+        let gpus: f64 = GPU_RESOURCES
+            .iter()
+            .filter_map(|r| limits?.get(*r))
+            .map(|q| q.0.trim().parse::<f64>().unwrap_or(f64::INFINITY))
+            .sum();
+        if gpus == 0.0 {
+            return Some((
+                "MpsWithoutGpuRequest".into(),
+                format!(
+                    "nodePool.mps is enabled but model {} requests no {GPU}: set \
+                     resources.limits.{GPU}: 1 (one MPS replica of the device plugin; \
+                     nvidia.com/gpu.shared where the plugin renames shared GPUs)",
+                    m.name
+                ),
+            ));
+        }
+        if gpus > 1.0 {
+            return Some((
+                "MpsMoreThanOneGpu".into(),
+                format!(
+                    "nodePool.mps is enabled but model {} requests more than one shared GPU: \
+                     each pod is one MPS client of one GPU, and the device plugin refuses \
+                     a request above 1 (set resources.limits.{GPU}: 1)",
+                    m.name
+                ),
+            ));
+        }
+    }
+    None
 }
 
 /// The device plugin's resource name.
 const GPU: &str = "nvidia.com/gpu";
+/// The names a shared GPU goes by: the plugin's own, and its
+/// `renameByDefault` name.
+const GPU_RESOURCES: [&str; 2] = [GPU, "nvidia.com/gpu.shared"];
 
 /// The first spec problem of `trd`, as (reason, message).
 pub fn check(trd: &TokenRouterDeployment) -> Option<(String, String)> {
@@ -227,5 +253,13 @@ mod tests {
         assert!(p.1.contains("model a"), "{}", p.1);
         let gpu = "[{name: a, entry: true, source: {imagePath: /m}, resources: {limits: {nvidia.com/gpu: 1}}}]";
         assert_eq!(reason(&trd(gpu, mps)), None);
+        let shared = "[{name: a, entry: true, source: {imagePath: /m}, resources: {limits: {nvidia.com/gpu.shared: 1}}}]";
+        assert_eq!(reason(&trd(shared, mps)), None);
+        let two = "[{name: a, entry: true, source: {imagePath: /m}, resources: {limits: {nvidia.com/gpu: 2}}}]";
+        let p = check(&trd(two, mps)).unwrap();
+        assert_eq!(p.0, "MpsMoreThanOneGpu");
+        assert!(p.1.contains("model a"), "{}", p.1);
+        // Without MPS a pod may take several whole GPUs.
+        assert_eq!(reason(&trd(two, "")), None);
     }
 }

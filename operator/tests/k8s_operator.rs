@@ -179,6 +179,21 @@ async fn cel_rules_reject_invalid_resources_with_their_messages() {
             "only devicePlugin is supported",
         ),
         (
+            "MPS with one replica",
+            json!({"nodePool": {"mps": {"enabled": true, "replicas": 1}}}),
+            "nodePool.mps.replicas must be >= 2",
+        ),
+        (
+            "an MPS pod with two GPUs",
+            json!({"nodePool": {"mps": {"enabled": true}}, "models": [{"name": "small", "entry": true, "resources": {"limits": {"nvidia.com/gpu": 2}}}, {"name": "big"}]}),
+            "may request at most 1 nvidia.com/gpu",
+        ),
+        (
+            "an MPS pod with two renamed shared GPUs",
+            json!({"nodePool": {"mps": {"enabled": true}}, "models": [{"name": "small", "entry": true}, {"name": "big", "resources": {"limits": {"nvidia.com/gpu.shared": "2"}}}]}),
+            "may request at most 1 nvidia.com/gpu",
+        ),
+        (
             "a model named group",
             json!({"models": [{"name": "group", "entry": true}, {"name": "big"}]}),
             "a model may not be named group or gateway",
@@ -228,6 +243,25 @@ async fn cel_rules_reject_invalid_resources_with_their_messages() {
     api.create(&PostParams::default(), &sim_resource("good", 1))
         .await
         .expect("valid resource");
+    // So does MPS with one GPU (or one renamed shared GPU) per pod, and a
+    // pod with two whole GPUs without MPS.
+    for (name, mps, limits) in [
+        ("mps-one", true, json!({"nvidia.com/gpu": 1})),
+        ("mps-shared", true, json!({"nvidia.com/gpu.shared": "1"})),
+        ("no-mps-two", false, json!({"nvidia.com/gpu": 2})),
+    ] {
+        let mut obj = base.clone();
+        obj["metadata"]["name"] = json!(name);
+        json_patch_merge(
+            &mut obj["spec"],
+            &json!({"nodePool": {"mps": {"enabled": mps, "replicas": 2}},
+                    "models": [{"name": "small", "entry": true, "resources": {"limits": limits}}, {"name": "big"}]}),
+        );
+        let trd: kube::api::DynamicObject = serde_json::from_value(obj).unwrap();
+        raw.create(&PostParams::default(), &trd)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
 }
 
 /// RFC 7386 merge of `patch` into `target`.

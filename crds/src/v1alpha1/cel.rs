@@ -74,6 +74,16 @@ pub const RULES: &[Rule] = &[
         message: "nodePool.mps.daemon: only devicePlugin is supported (the sidecar mode was removed: a sidecar gets no GPU from the device plugin); configure the NVIDIA device plugin's sharing.mps",
     },
     Rule {
+        at: "/properties/spec/properties/nodePool/properties/mps",
+        rule: "!has(self.replicas) || self.replicas >= 2",
+        message: "nodePool.mps.replicas must be >= 2: the NVIDIA device plugin refuses sharing.mps replicas below 2 (and GKE's max-shared-clients-per-gpu starts at 2)",
+    },
+    Rule {
+        at: "/properties/spec",
+        rule: "!has(self.nodePool) || !has(self.nodePool.mps) || !has(self.nodePool.mps.enabled) || !self.nodePool.mps.enabled || self.models.all(m, !has(m.resources) || !has(m.resources.limits) || ['nvidia.com/gpu', 'nvidia.com/gpu.shared'].all(r, !(r in m.resources.limits) || string(m.resources.limits[r]) in ['0', '1']))",
+        message: "nodePool.mps: each model pod is one MPS client and may request at most 1 nvidia.com/gpu (or nvidia.com/gpu.shared): the device plugin refuses larger requests for shared GPUs",
+    },
+    Rule {
         at: "/properties/spec/properties/nodePool",
         rule: "!has(self.gpuMemoryGiB) || self.gpuMemoryGiB > 0.0",
         message: "nodePool.gpuMemoryGiB must be > 0",

@@ -329,9 +329,11 @@ pub struct MpsSpec {
     /// Turn MPS on for the model pods.
     #[serde(default)]
     pub enabled: bool,
-    /// The device plugin's `replicas` per GPU: each model pod (client) may
-    /// use 1/replicas of a GPU's memory, and the engine plans its KV cache
-    /// from that share, not from the whole device.
+    /// The device plugin's `replicas` per GPU (GKE: the node pool's
+    /// `max-shared-clients-per-gpu`), at least 2 as the plugin requires:
+    /// each model pod (client) may use 1/replicas of a GPU's memory, and the
+    /// engine plans its KV cache from that share, not from the whole device.
+    /// The model pods select nodes labelled with this count.
     #[serde(default = "two")]
     #[schemars(range(min = 1, max = 64))]
     pub replicas: i32,
@@ -340,6 +342,31 @@ pub struct MpsSpec {
     #[serde(default)]
     #[schemars(schema_with = "mps_daemon")]
     pub daemon: MpsDaemon,
+    /// Whose device plugin shares the GPUs: `nvidia` (default: NVIDIA's
+    /// k8s-device-plugin with `sharing.mps` and GPU feature discovery) or
+    /// `gke` (GKE's own plugin on a node pool created with
+    /// `gpu-sharing-strategy=mps`).
+    #[serde(default)]
+    pub provider: MpsProvider,
+}
+
+/// The device plugin that runs MPS on the GPU nodes.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MpsProvider {
+    /// NVIDIA's k8s-device-plugin: caps each client as MPS daemon defaults
+    /// (which a client cannot read), so the operator renders the KV memory
+    /// fraction divided by `replicas`. Pods select the labels GPU feature
+    /// discovery sets: `nvidia.com/gpu.sharing-strategy: mps` and
+    /// `nvidia.com/gpu.replicas`.
+    #[default]
+    Nvidia,
+    /// GKE's device plugin: injects `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` into
+    /// each client, which the engine reads, so the fraction is rendered as
+    /// asked; pods select `cloud.google.com/gke-gpu-sharing-strategy: mps`
+    /// and `cloud.google.com/gke-max-shared-clients-per-gpu`, and run with
+    /// `hostIPC: true` as GKE requires (Pod Security `privileged` level).
+    Gke,
 }
 
 /// Who runs the MPS control daemon.

@@ -12,6 +12,8 @@ pub mod pod;
 pub mod serving;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_mps;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -35,7 +35,7 @@ spec:
     serde_yaml::from_str(yaml).unwrap()
 }
 
-fn inputs(replicas: i32) -> Inputs {
+pub(super) fn inputs(replicas: i32) -> Inputs {
     Inputs {
         namespace: "ai".into(),
         replicas,
@@ -45,7 +45,7 @@ fn inputs(replicas: i32) -> Inputs {
     }
 }
 
-fn pod(set: &StatefulSet) -> &PodSpec {
+pub(super) fn pod(set: &StatefulSet) -> &PodSpec {
     set.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
 }
 
@@ -283,7 +283,7 @@ fn model_mounts(set: &StatefulSet) -> Vec<&str> {
         .collect()
 }
 
-fn mps_pool(replicas: i32) -> NodePoolSpec {
+pub(super) fn mps_pool(replicas: i32) -> NodePoolSpec {
     NodePoolSpec {
         node_selector: Some(BTreeMap::from([("pool".into(), "mps".into())])),
         tolerations: None,
@@ -291,6 +291,7 @@ fn mps_pool(replicas: i32) -> NodePoolSpec {
             enabled: true,
             replicas,
             daemon: MpsDaemon::DevicePlugin,
+            provider: crds::v1alpha1::MpsProvider::Nvidia,
         }),
         gpu_memory_gib: Some(80.0),
         runtime_class_name: Some("nvidia".into()),
