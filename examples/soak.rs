@@ -38,7 +38,7 @@ mod report;
 #[path = "support/targets.rs"]
 mod targets;
 
-use clients::{closed_loop, one_leak_request, Kind, Phase, KIND_NAMES};
+use clients::{closed_loop, join_clients, one_leak_request, Kind, Phase, KIND_NAMES};
 use probes::{busy_gauges, invariants, loadavg, open_fds, rss_kib, settle};
 
 /// Command-line settings of one soak run.
@@ -198,7 +198,10 @@ impl Soak {
     async fn overload_run(&mut self) -> OverloadRun {
         let (url, capacity) = (self.url.clone(), self.capacity);
         let warm = closed_loop(url.clone(), 2, Instant::now() + Duration::from_secs(2)).await;
-        drop(warm);
+        if count(&warm.panicked) > 0 {
+            self.failures
+                .push("warm-up: a client panicked (less traffic than counted)".into());
+        }
         let rss_before = rss_kib();
         let t0 = Instant::now();
         let unloaded = closed_loop(
@@ -253,6 +256,12 @@ impl Soak {
         }
         if count(&run.overload.rejected_without_retry_after) > 0 {
             failures.push("overload: a 429 came without Retry-After".into());
+        }
+        let panicked = count(&run.overload.panicked) + count(&run.unloaded.panicked);
+        if panicked > 0 {
+            failures.push(format!(
+                "overload: {panicked} client(s) panicked (less traffic than counted)"
+            ));
         }
         let unfinished = count(&run.overload.other) + count(&run.unloaded.other);
         if unfinished > 0 {
@@ -319,8 +328,11 @@ impl Soak {
             checks_during += 1;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        for w in workers {
-            let _ = w.await;
+        let panicked = join_clients(workers, "leak").await;
+        if panicked > 0 {
+            self.failures.push(format!(
+                "during the leak run: {panicked} client(s) panicked (less traffic than counted)"
+            ));
         }
         let left = settle(&self.gw, &self.service).await;
         self.failures

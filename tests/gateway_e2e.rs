@@ -10,7 +10,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use test_support::{free_port, spawn_subserver, Proc, HANG};
+use test_support::{free_ports, spawn_subserver, Proc, HANG};
 
 /// A `tokenrouter serve` child; killed on drop.
 struct Served {
@@ -376,7 +376,7 @@ fn health(url: &str) -> String {
 fn gateway_in_front_of_a_remote_group_reloads_its_group_list() {
     // One process per model (TCP hand-overs), the entry's ingress on its admin port.
     let dir = tempfile::tempdir().unwrap();
-    let (tq, tr, admin) = (free_port(), free_port(), free_port());
+    let [tq, tr, admin] = free_ports();
     let text = std::fs::read_to_string(repo().join("config/sim-gateway.yaml")).unwrap();
     let head = text.split("\ngateway:").next().unwrap();
     let cfg = dir.path().join("split.yaml");

@@ -15,7 +15,7 @@ use subserver::config::EngineConfig;
 use subserver::sampling::SamplingParams;
 use subserver::scheduler::client::RequestError;
 use subserver::service::member::MemberService;
-use test_support::{free_port, spawn_subserver, HANG};
+use test_support::{free_ports, spawn_subserver, HANG};
 
 fn get(port: u16, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
@@ -32,7 +32,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 
 #[test]
 fn hand_overs_cross_the_process_boundary_and_a_dead_peer_fails_cleanly() {
-    let (a, b, admin) = (free_port(), free_port(), free_port());
+    let [a, b, admin] = free_ports();
     let dir = tempfile::tempdir().unwrap();
     let cfg_path = dir.path().join("group.yaml");
     std::fs::write(

@@ -13,15 +13,16 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use subserver::service::member::DNS_WAIT;
-use test_support::{free_port, spawn_subserver, Proc};
+use test_support::{free_ports, spawn_subserver, Proc};
 
 /// A SIGTERM during the DNS wait ends the process within this (generous
 /// for a loaded machine, a tenth of the DNS wait).
 const AT_ONCE: Duration = Duration::from_secs(30);
 
-/// A group config: every step of either model takes `step_ms`.
-fn write_config(dir: &Path, step_ms: f64) -> std::path::PathBuf {
-    let (a, b) = (free_port(), free_port());
+/// A group config: every step of either model takes `step_ms`; returns its
+/// path and an admin port distinct from its two peer ports.
+fn write_config(dir: &Path, step_ms: f64) -> (std::path::PathBuf, u16) {
+    let [a, b, admin] = free_ports();
     let path = dir.join("group.yaml");
     std::fs::write(
         &path,
@@ -39,7 +40,7 @@ transport: {{kind: tcp, addresses: {{quick: "127.0.0.1:{a}", reference: "127.0.0
         ),
     )
     .unwrap();
-    path
+    (path, admin)
 }
 
 /// A streaming generate of `max_tokens` at the entry's admin port.
@@ -68,8 +69,7 @@ fn status_of(admin: u16, method: &str, path: &str) -> String {
 fn sigterm_drains_in_flight_work_then_exits_zero() {
     let dir = tempfile::tempdir().unwrap();
     // 60 tokens of 20 ms steps: about 1.2 s of work still running at SIGTERM.
-    let cfg = write_config(dir.path(), 20.0);
-    let admin = free_port();
+    let (cfg, admin) = write_config(dir.path(), 20.0);
     let bin = common::binary();
     let mut reference = spawn_subserver(&bin, &cfg, "reference", None, &[]);
     let mut quick = spawn_subserver(&bin, &cfg, "quick", Some(admin), &[]);
@@ -104,8 +104,7 @@ fn sigterm_drains_in_flight_work_then_exits_zero() {
 #[test]
 fn sigterm_cancels_what_outlives_the_drain_deadline() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), 20.0);
-    let admin = free_port();
+    let (cfg, admin) = write_config(dir.path(), 20.0);
     let bin = common::binary();
     let _reference = spawn_subserver(&bin, &cfg, "reference", None, &[]);
     let mut cmd = Command::new(&bin);
@@ -138,7 +137,7 @@ fn sigterm_while_waiting_for_peer_dns_exits_at_once() {
     // A pod deleted before it serves (its peers' names do not resolve yet)
     // must not wait out its grace period: it exits 0 there and then.
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), 5.0);
+    let (cfg, _) = write_config(dir.path(), 5.0);
     let text = std::fs::read_to_string(&cfg).unwrap();
     let reference = text
         .split("reference: \"")

@@ -18,6 +18,9 @@ pub struct Phase {
     pub rejected: AtomicUsize,
     pub rejected_without_retry_after: AtomicUsize,
     pub other: AtomicUsize,
+    /// Clients that panicked: each sent less traffic than the phase counts,
+    /// so any fails the soak.
+    pub panicked: AtomicUsize,
 }
 
 /// `clients` loops sending non-streaming requests until `until`.
@@ -74,10 +77,22 @@ pub async fn closed_loop(url: String, clients: usize, until: Instant) -> Arc<Pha
             }
         }));
     }
-    for t in tasks {
-        let _ = t.await;
-    }
+    let panicked = join_clients(tasks, "overload").await;
+    phase.panicked.fetch_add(panicked, Ordering::Relaxed);
     phase
+}
+
+/// Awaits every client task; returns how many panicked (or were aborted),
+/// each logged with what it said.
+pub async fn join_clients(tasks: Vec<tokio::task::JoinHandle<()>>, phase: &str) -> usize {
+    let mut failed = 0;
+    for t in tasks {
+        if let Err(e) = t.await {
+            failed += 1;
+            eprintln!("soak: a {phase} client failed: {e}");
+        }
+    }
+    failed
 }
 
 /// Names of [`Kind`]s, by discriminant.
@@ -153,5 +168,17 @@ pub async fn one_leak_request(
             expect(status == 200, format!("status {status}: {text}"))
         }
         (_, Err(e)) => Err(format!("send: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn a_panicking_client_is_counted() {
+        let tasks = vec![
+            tokio::spawn(async {}),
+            tokio::spawn(async { panic!("client broke") }),
+        ];
+        assert_eq!(super::join_clients(tasks, "test").await, 1);
     }
 }

@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use test_support::{free_port, sibling_binary, spawn_subserver, Proc};
+use test_support::{free_ports, sibling_binary, spawn_subserver, Proc};
 
 fn curl(args: &[&str]) -> String {
     let out = Command::new("curl").args(args).output().unwrap();
@@ -35,7 +35,7 @@ fn start_group(envs: &[(&str, &str)]) -> Group {
     let text = std::fs::read_to_string(repo.join("config/sim-gateway.yaml")).unwrap();
     let head = text.split("\ngateway:").next().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (tq, tr, admin) = (free_port(), free_port(), free_port());
+    let [tq, tr, admin] = free_ports();
     let entry = format!("http://127.0.0.1:{admin}");
     let cfg = dir.path().join("group.yaml");
     std::fs::write(

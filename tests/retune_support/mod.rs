@@ -32,7 +32,7 @@ pub enum Topology {
     InProcess,
 }
 
-pub use test_support::free_port;
+use test_support::free_ports;
 use test_support::Proc;
 
 /// The group config: Random at `p` on the sim pair, with `transport` YAML.
@@ -90,8 +90,8 @@ impl SimGroup {
         let cfg_path = dir.path().join("group.yaml");
         match topology {
             Topology::TcpProcesses => {
-                let peers = [free_port(), free_port()];
-                let admin = [free_port(), free_port()];
+                let [p0, p1, a0, a1] = free_ports();
+                let (peers, admin) = ([p0, p1], [a0, a1]);
                 let transport = format!(
                     "transport: {{kind: tcp, addresses: {{quick: \"127.0.0.1:{}\", reference: \"127.0.0.1:{}\"}}, peer_timeout_ms: 10000}}\n",
                     peers[0], peers[1]
