@@ -27,7 +27,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::names;
 use crate::status::{self, Observation, SetObservation};
-use crate::{refs, validate};
+use crate::{refs, storage, validate};
 
 #[path = "apply_groups.rs"]
 mod steps;
@@ -298,12 +298,15 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
     // claim that exists but is not Bound is only shown: pods may be what it
     // waits for (WaitForFirstConsumer).
     let mut unbound = Vec::new();
+    let mut single_node = Vec::new();
     let problem = match validate::check(&trd) {
         Some(p) => Some(p),
         None => {
             let references = refs::references(&trd);
             let found = refs::lookup(&ctx.client, &ns, &references).await?;
             unbound = refs::unbound(&references, &found);
+            single_node = storage::single_node_claims(&references, &found);
+            unbound.extend(storage::problem(&trd, &single_node));
             refs::summarize(&refs::problems(&references, &found))
         }
     };
@@ -326,7 +329,8 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
         return Ok(Action::requeue(ctx.settings.recheck_period));
     }
 
-    let result = apply_all(&trd, &ctx, &ns, &recorder, &mut status).await;
+    let colocate = !single_node.is_empty();
+    let result = apply_all(&trd, &ctx, (&ns, colocate), &recorder, &mut status).await;
     let problem = match &result {
         Ok(problem) => {
             let all: Vec<_> = problem.iter().chain(&unbound).cloned().collect();
@@ -382,10 +386,12 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
 
 /// Everything after the spec check; fills `status` and returns a
 /// non-fatal problem, if any.
+/// `colocate`: a model claim attaches to one node only, so a group's pods
+/// must share a node ([`storage::require_colocation`]).
 async fn apply_all(
     trd: &TokenRouterDeployment,
     ctx: &Context,
-    ns: &str,
+    (ns, colocate): (&str, bool),
     recorder: &Recorder,
     status: &mut TokenRouterDeploymentStatus,
 ) -> Result<Option<(String, String)>> {
@@ -414,6 +420,9 @@ async fn apply_all(
         (&plan, &listed_now, desired),
     )
     .await;
+    if colocate {
+        storage::require_colocation(&mut desired_objs);
+    }
     let (applied, gateway) = apply_objects(ctx, ns, &desired_objs).await?;
     publish_roll(recorder, trd, &step).await;
     let removed = remove_stale(trd, ctx, ns).await?;

@@ -27,6 +27,7 @@ pub mod refs;
 pub mod retune;
 pub mod roll;
 pub mod status;
+pub mod storage;
 pub mod tune;
 pub mod validate;
 

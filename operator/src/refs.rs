@@ -42,6 +42,9 @@ pub struct ClaimState {
     /// For a claim not Bound, the Event [`claim_event`] picks (`Reason:
     /// message`), when the operator may read Events.
     pub event: Option<String>,
+    /// The access modes of the bound volume (`status.accessModes`), else
+    /// the ones the claim asks for (`spec.accessModes`).
+    pub access_modes: Vec<String>,
 }
 
 impl ClaimState {
@@ -49,7 +52,7 @@ impl ClaimState {
     pub fn in_phase(phase: &str) -> Self {
         Self {
             phase: Some(phase.into()),
-            event: None,
+            ..Self::default()
         }
     }
 }
@@ -203,14 +206,26 @@ pub async fn lookup(client: &Client, ns: &str, refs: &References) -> kube::Resul
         let Some(pvc) = claims.get_opt(claim).await? else {
             continue;
         };
+        let access_modes = pvc
+            .status
+            .as_ref()
+            .and_then(|s| s.access_modes.clone())
+            .filter(|m| !m.is_empty())
+            .or_else(|| pvc.spec.as_ref().and_then(|s| s.access_modes.clone()))
+            .unwrap_or_default();
         let phase = pvc.status.and_then(|s| s.phase);
         let event = match phase.as_deref() {
             Some(BOUND) => None,
             _ => claim_events(client, ns, claim).await,
         };
-        found
-            .claims
-            .insert(claim.clone(), ClaimState { phase, event });
+        found.claims.insert(
+            claim.clone(),
+            ClaimState {
+                phase,
+                event,
+                access_modes,
+            },
+        );
     }
     Ok(found)
 }
@@ -308,6 +323,7 @@ mod tests {
             ClaimState {
                 phase: Some("Pending".into()),
                 event: Some("ProvisioningFailed: no capacity".into()),
+                access_modes: Vec::new(),
             },
         );
         found

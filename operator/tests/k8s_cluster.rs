@@ -135,3 +135,80 @@ async fn unschedulable_pods_and_failed_creates_are_named_then_clear() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_write_once_claim_requires_co_location_and_one_group() {
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let ns = namespace(&client, "trd-rwo").await;
+    let _operator = Operator::start(&client, &ns);
+    // The claim, bound (the test plays the volume controller) to a
+    // ReadWriteOnce volume.
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), &ns);
+    let claim = serde_json::from_value(json!({
+        "metadata": {"name": "weights"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap();
+    claims.create(&PostParams::default(), &claim).await.unwrap();
+    claims
+        .patch_status(
+            "weights",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"]}})),
+        )
+        .await
+        .unwrap();
+    let trd: crds::TokenRouterDeployment = serde_yaml::from_str(
+        "apiVersion: tokenrouter.io/v1alpha1\nkind: TokenRouterDeployment\n\
+         metadata: {name: rwo}\nspec:\n  image: example.com/tokenrouter-cpu:test\n  device: cpu\n\
+         \x20 policy: {class: R2R}\n  groups: 2\n  models:\n\
+         \x20 - {name: quick, entry: true, source: {pvc: {claimName: weights, subPath: q}}}\n\
+         \x20 - {name: reference, source: {pvc: {claimName: weights, subPath: r}}}\n",
+    )
+    .unwrap();
+    trds(&client, &ns)
+        .create(&PostParams::default(), &trd)
+        .await
+        .unwrap();
+    let message = wait_degraded_with(&client, &ns, "rwo", &["ReadWriteOnce", "groups is 2"]).await;
+    assert!(
+        message.starts_with("PersistentVolumeClaim weights is ReadWriteOnce"),
+        "{message}"
+    );
+    // The objects are applied all the same, and the partner pod must share
+    // its entry pod's node.
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let affinity = wait_for("the reference set", vec![changes(&sets)], || async {
+        let set = sets.get_opt("rwo-reference").await.ok()??;
+        set.spec?.template.spec?.affinity?.pod_affinity
+    })
+    .await;
+    assert!(affinity
+        .preferred_during_scheduling_ignored_during_execution
+        .is_none());
+    let required = affinity
+        .required_during_scheduling_ignored_during_execution
+        .unwrap();
+    assert_eq!(required[0].topology_key, "kubernetes.io/hostname");
+
+    // One group fits the claim: the condition clears.
+    trds(&client, &ns)
+        .patch(
+            "rwo",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"groups": 1}})),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        "Degraded=False",
+        vec![changes(&trds(&client, &ns))],
+        || async {
+            let (status, _, _) = degraded(&client, &ns, "rwo").await?;
+            (status == "False").then_some(())
+        },
+    )
+    .await;
+}
