@@ -158,7 +158,7 @@ def model_section(label, doc, n):
                 left[side].append(near)
         rows.append(f"| {p['id']} | {'yes' if p['prompt_ids_equal'] else '**no**'} | {len(o)} | {len(l)} | "
                     f"{k} | {fo} | {fl} | {at} | {verdict} |")
-    fmt = {s: ("n/a" if v is None else f"{v:.3f}") for s, v in delta.items()}
+    fmt = {s: ("n/a" if v is None else f"{v:.3g}") for s, v in delta.items()}
     head = (f"## {label}\n\n"
             f"{identical} of {len(prompts)} answers identical over the first {n} tokens; leading tokens in "
             f"common: {', '.join(map(str, agreed))} (mean {sum(agreed) / len(agreed):.1f}). "
