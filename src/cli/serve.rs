@@ -1,6 +1,7 @@
 //! `tokenrouter serve`: the gateway and every subserver of one or more
 //! routed groups in one process (in-process transport), one group per
-//! `--config`. With no config, the embedded groups `default` and `fast`.
+//! `--config`. With no config, the embedded groups `default`, `fast` and
+//! `coder`.
 
 use std::path::PathBuf;
 
@@ -13,8 +14,8 @@ pub struct ServeArgs {
     /// Engine config (YAML) of one routed group, named by its
     /// `gateway.served_model_name`; repeat to serve several groups (the
     /// first one's `gateway:` settings bind the server). Default: the
-    /// built-in groups `default` (config/default.yaml) and `fast`
-    /// (config/fast.yaml).
+    /// built-in groups `default` (config/default.yaml), `fast`
+    /// (config/fast.yaml) and `coder` (config/coder.yaml).
     #[arg(long)]
     config: Vec<PathBuf>,
     /// Address to bind (overrides `gateway.host`).
