@@ -83,6 +83,7 @@ pub fn catalog(cfg: &EngineConfig) -> Catalog {
         member_defaults: (0..cfg.models().len())
             .map(|i| cfg.model_generation_defaults(i))
             .collect(),
+        member_precision: cfg.models().iter().map(|m| m.precision()).collect(),
         learned: Default::default(),
     }
 }

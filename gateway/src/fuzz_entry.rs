@@ -24,6 +24,7 @@ fn catalog() -> Catalog {
         entry: 0,
         defaults,
         member_defaults: vec![defaults; 2],
+        member_precision: Vec::new(),
         learned: Default::default(),
     }
 }

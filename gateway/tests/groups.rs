@@ -129,6 +129,12 @@ async fn models_lists_both_groups_and_their_members_with_defaults() {
     assert_eq!(by_id("reference")["group"], "default");
     assert_eq!(by_id("reference")["routing"], "query-level");
     assert_eq!(by_id("tiny")["group"], "fast");
+    // Sim members run in their dtype (`auto`: bf16 or f32 by CPU); the
+    // group lists its members'.
+    let p = by_id("reference")["precision"].as_str().unwrap();
+    assert!(["bf16", "f32"].contains(&p), "{p}");
+    assert_eq!(by_id("default")["precision"]["reference"], p);
+    assert!(by_id("default")["precision"]["quick"].is_string());
 }
 
 #[test]

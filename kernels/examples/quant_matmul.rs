@@ -140,12 +140,13 @@ fn main() {
             "# Quantized matmul kernels: int dot against bf16 tiles\n\n\
              Written by `cargo run --release -p kernels --example quant_matmul -- --threads {threads} --page {path}`\n\
              on {} at commit {}; CPU: {}; load average before the run: {}.\n\n\
-             `kernels::quant::Path::for_rows` takes tiles from {} rows on (`TILE_ROWS`).\n\n",
+             `kernels::quant::Path::for_rows` takes {:?} for one row, {:?} for 64.\n\n",
             shell("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
             shell("git", &["rev-parse", "--short", "HEAD"]),
             shell("sh", &["-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"]),
             shell("cut", &["-d", " ", "-f", "1-3", "/proc/loadavg"]),
-            quant::TILE_ROWS,
+            Path::for_rows(1).method,
+            Path::for_rows(64).method,
         );
         std::fs::write(&path, header + &page).expect("writes the page");
     }

@@ -41,6 +41,9 @@ pub enum EngineError {
     /// The GEMM of ours (`kernels::gemm`) refused its input.
     #[error(transparent)]
     Gemm(#[from] kernels::gemm::GemmError),
+    /// The quantized matmul (`kernels::quant`) refused its input.
+    #[error(transparent)]
+    Quant(#[from] kernels::quant::QuantError),
     /// A layer op of ours (`kernels::layer_ops`) refused its input.
     #[error(transparent)]
     LayerOp(#[from] kernels::layer_ops::LayerOpError),
@@ -65,7 +68,11 @@ impl EngineError {
             Self::Tokenizer(_) => "tokenizer",
             Self::Asset(_) => "asset",
             Self::Torch(_) | Self::OneDnn { .. } => "torch",
-            Self::Kernel(_) | Self::Gemm(_) | Self::LayerOp(_) | Self::HostTensor(_) => "kernel",
+            Self::Kernel(_)
+            | Self::Gemm(_)
+            | Self::Quant(_)
+            | Self::LayerOp(_)
+            | Self::HostTensor(_) => "kernel",
         }
     }
 }

@@ -147,6 +147,7 @@ pub(super) fn build_model(
         hub_id,
         device,
         dtype: raw.dtype.unwrap_or(defaults.dtype).resolve(device),
+        dtype_auto: raw.dtype.unwrap_or(defaults.dtype) == DTypeSetting::Auto,
         tp_size,
         port: raw.port,
         kv_budget,

@@ -25,10 +25,17 @@ fn in_force(d: &GenerationDefaults) -> Value {
     })
 }
 
-/// One model object: OpenAI's fields plus `routing`, `group` and
-/// `sampling_defaults`.
-fn entry(id: &str, routing: &str, group: &str, defaults: &GenerationDefaults) -> Value {
-    json!({
+/// One model object: OpenAI's fields plus `routing`, `group`,
+/// `sampling_defaults` and, where known, `precision` (a member: what its
+/// weights are computed in; a group: each member's, by name).
+fn entry(
+    id: &str,
+    routing: &str,
+    group: &str,
+    defaults: &GenerationDefaults,
+    precision: Option<Value>,
+) -> Value {
+    let mut v = json!({
         "id": id,
         "object": "model",
         "created": 0,
@@ -36,7 +43,11 @@ fn entry(id: &str, routing: &str, group: &str, defaults: &GenerationDefaults) ->
         "routing": routing,
         "group": group,
         "sampling_defaults": in_force(defaults),
-    })
+    });
+    if let (Some(p), Some(obj)) = (precision, v.as_object_mut()) {
+        obj.insert("precision".into(), p);
+    }
+    v
 }
 
 /// Every served name, groups first (in configuration order), then the
@@ -49,7 +60,14 @@ pub fn list(gw: &Gateway) -> Vec<Value> {
         .map(|g| {
             let c = &g.catalog;
             let d = c.defaults_for(Target::Routed);
-            entry(&c.served, "token-level", &c.served, &d)
+            let members: serde_json::Map<String, Value> = c
+                .members
+                .iter()
+                .zip(&c.member_precision)
+                .map(|(m, p)| (m.clone(), Value::from(p.as_str())))
+                .collect();
+            let precision = (!members.is_empty()).then_some(Value::Object(members));
+            entry(&c.served, "token-level", &c.served, &d, precision)
         })
         .collect();
     let mut seen: Vec<&str> = gw
@@ -65,7 +83,8 @@ pub fn list(gw: &Gateway) -> Vec<Value> {
             }
             seen.push(m);
             let d = c.defaults_for(Target::Pinned(i as u16));
-            data.push(entry(m, "query-level", &c.served, &d));
+            let precision = c.member_precision.get(i).map(|p| Value::from(p.as_str()));
+            data.push(entry(m, "query-level", &c.served, &d, precision));
         }
     }
     data

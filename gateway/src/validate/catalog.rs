@@ -57,6 +57,9 @@ pub struct Catalog {
     /// Sampling defaults of each member served alone (index = member);
     /// a missing entry means none.
     pub member_defaults: Vec<GenerationDefaults>,
+    /// What each member's weights are computed in (index = member, see
+    /// `ModelSpec::precision`); a missing entry means not known.
+    pub member_precision: Vec<String>,
     /// The entry model's defaults once learned from a group; they replace
     /// `defaults` and the entry member's (the routed group's defaults are
     /// its entry model's).
@@ -117,6 +120,7 @@ mod tests {
             entry: 0,
             defaults: GenerationDefaults::default(),
             member_defaults: vec![GenerationDefaults::default(), own],
+            member_precision: Vec::new(),
             learned: LearnedDefaults::default(),
         };
         let copy = c.clone();

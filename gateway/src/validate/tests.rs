@@ -10,6 +10,7 @@ fn catalog() -> Catalog {
         entry: 0,
         defaults: GenerationDefaults::default(),
         member_defaults: Vec::new(),
+        member_precision: Vec::new(),
         learned: LearnedDefaults::default(),
     }
 }
@@ -104,6 +105,7 @@ fn with_defaults() -> Catalog {
             top_k: Some(20),
             min_p: None,
         },
+        member_precision: Vec::new(),
         member_defaults: vec![
             GenerationDefaults::default(),
             GenerationDefaults {

@@ -159,7 +159,7 @@ unsafe impl<O: Send> Sync for OutPtr<O> {}
 
 /// Writes a block's accumulators (`acc[i]` for row `block.start + i`) to
 /// panel `p`'s columns of `out`, adding the bias and rounding.
-pub(crate) fn store<O: KvElem>(
+fn store<O: KvElem>(
     acc: &[[f32; PANEL]],
     block: std::ops::Range<usize>,
     p: usize,

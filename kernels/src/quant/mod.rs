@@ -2,7 +2,7 @@
 //! (GGUF tensors as the file stores them), so a decode step reads the
 //! file's 4.5-8.5 bits per weight instead of bf16's 16.
 //!
-//! Two methods, chosen by the number of input rows ([`Path::for_rows`]):
+//! Two methods ([`Path::for_rows`] picks one):
 //! - [`Method::IntDot`]: each input row is quantized to int8 per block of
 //!   32 (as llama.cpp's `vec_dot` does) and multiplied by the blocks'
 //!   integer codes — `vpdpbusd` on AVX-512 VNNI ([`avx512`]), a portable
@@ -181,19 +181,18 @@ pub struct Path {
     pub method: Method,
 }
 
-/// Input rows from which [`Path::for_rows`] takes [`Method::Tiles`].
-pub const TILE_ROWS: usize = 8;
-
 impl Path {
-    /// The faster path for `rows` input rows on this CPU.
+    /// The faster path for `rows` input rows on this CPU: the integer dot
+    /// at every batch size. `examples/quant_matmul.rs` timed it faster
+    /// than the tiles at 1, 4, 8, 16 and 64 rows on every shape of the
+    /// real GGUFs (the tiles' scalar dequantization costs more than the
+    /// unpacking they share across rows).
     pub fn for_rows(rows: usize) -> Self {
-        let isa = Isa::best();
-        let method = if rows >= TILE_ROWS && isa == Isa::Avx512 {
-            Method::Tiles
-        } else {
-            Method::IntDot
-        };
-        Self { isa, method }
+        let _ = rows;
+        Self {
+            isa: Isa::best(),
+            method: Method::IntDot,
+        }
     }
 }
 
@@ -243,14 +242,51 @@ pub fn matmul_with<X: KvElem, O: KvElem>(
     parallel: &dyn Parallel,
     path: Path,
 ) -> Result<(), QuantError> {
+    let cols = Columns {
+        stride: w.n,
+        first: 0,
+    };
+    matmul_columns(x, rows, w, bias, out, cols, scratch, parallel, path)
+}
+
+/// Where a product's `n` columns go in a wider output: row `r`'s column
+/// `j` at `out[r * stride + first + j]` (a fused projection's parts, each
+/// with its own block type, written side by side).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    /// Values per output row.
+    pub stride: usize,
+    /// The first column this product writes.
+    pub first: usize,
+}
+
+/// [`matmul_with`] into columns `cols.first..cols.first + n` of an output
+/// of `rows` rows of `cols.stride` values; the other columns are left as
+/// they are.
+#[allow(clippy::too_many_arguments)] // matmul's arguments, the columns and the path
+pub fn matmul_columns<X: KvElem, O: KvElem>(
+    x: &[X],
+    rows: usize,
+    w: &QuantMatrix,
+    bias: Option<&[f32]>,
+    out: &mut [O],
+    cols: Columns,
+    scratch: &mut QuantScratch,
+    parallel: &dyn Parallel,
+    path: Path,
+) -> Result<(), QuantError> {
     let (n, k) = (w.n, w.k);
-    if x.len() != rows * k || out.len() != rows * n {
+    if x.len() != rows * k || out.len() != rows * cols.stride || cols.first + n > cols.stride {
         return Err(QuantError::Args(format!(
-            "{rows} rows of a [{n}, {k}] weight need x of {} (got {}) and out of {} (got {})",
+            "{rows} rows of a [{n}, {k}] weight need x of {} (got {}) and out of {} (got {}) \
+             with columns {}..{} inside rows of {}",
             rows * k,
             x.len(),
-            rows * n,
-            out.len()
+            rows * cols.stride,
+            out.len(),
+            cols.first,
+            cols.first + n,
+            cols.stride
         )));
     }
     if let Some(b) = bias.filter(|b| b.len() != n) {
@@ -270,12 +306,12 @@ pub fn matmul_with<X: KvElem, O: KvElem>(
     let done = match path.method {
         Method::IntDot => {
             scratch.act.quantize(x, rows, k);
-            int_dot(&scratch.act, rows, w, bias, out, isa, parallel)
+            int_dot(&scratch.act, rows, w, bias, out, cols, isa, parallel)
         }
         Method::Tiles => {
             crate::gemm::widen_blocks(x, rows, k, &mut scratch.widened);
             let vector = isa == Isa::Avx512 && crate::gemm::vectorized();
-            tiles::run(&scratch.widened, rows, w, bias, out, vector, parallel)
+            tiles::run(&scratch.widened, rows, w, bias, out, cols, vector, parallel)
         }
     };
     if done {
@@ -308,12 +344,14 @@ pub(crate) fn split(
 
 /// [`Method::IntDot`] over the quantized input `act`: weight rows split
 /// over the threads, each row against the input rows 4 at a time.
+#[allow(clippy::too_many_arguments)] // matmul_columns' arguments, quantized
 fn int_dot<O: KvElem>(
     act: &act::Act,
     rows: usize,
     w: &QuantMatrix,
     bias: Option<&[f32]>,
     out: &mut [O],
+    cols: Columns,
     isa: Isa,
     parallel: &dyn Parallel,
 ) -> bool {
@@ -338,12 +376,12 @@ fn int_dot<O: KvElem>(
                 }
                 for (i, s) in sums[..chunk.len()].iter().enumerate() {
                     let r = 4 * c + i;
-                    // SAFETY: `r < rows`, `j < n`: inside `out` of
-                    // `rows * n` (checked in `matmul_with`); only this
-                    // task handles column `j`.
+                    // SAFETY: `r < rows`, `first + j < stride`: inside
+                    // `out` of `rows * stride` (checked in
+                    // `matmul_columns`); only this task handles column `j`.
                     #[allow(unsafe_code)] // disjoint writes through the shared pointer
                     unsafe {
-                        *dst.0.add(r * n + j) = O::narrow(s + b);
+                        *dst.0.add(r * cols.stride + cols.first + j) = O::narrow(s + b);
                     }
                 }
             }

@@ -318,3 +318,67 @@ fn bad_matrices_and_arguments_are_refused_with_the_reason() {
     }
     assert_eq!(QuantType::from_ggml_id(13), None); // Q5_K: no kernel
 }
+
+#[test]
+fn parts_of_different_types_fill_their_columns_of_one_output() {
+    // A fused projection: a Q4_K part of 40 rows, a Q6_K part of 24.
+    let (a, b) = (
+        random_matrix(QuantType::Q4_K, 40, 256, 2),
+        random_matrix(QuantType::Q6_K, 24, 256, 3),
+    );
+    let bias = crate::test_values::values(64, 4, 1.0);
+    for rows in [1, 5] {
+        let x = input(rows, 256, 6);
+        for method in [Method::IntDot, Method::Tiles] {
+            let path = Path {
+                isa: Isa::best(),
+                method,
+            };
+            let mut s = QuantScratch::default();
+            let mut fused = vec![f32::NAN; rows * 64];
+            for (w, first, bias) in [(&a, 0, &bias[..40]), (&b, 40, &bias[40..])] {
+                let cols = Columns { stride: 64, first };
+                matmul_columns(
+                    &x,
+                    rows,
+                    w,
+                    Some(bias),
+                    &mut fused,
+                    cols,
+                    &mut s,
+                    &Serial,
+                    path,
+                )
+                .unwrap();
+            }
+            for (w, first, bias) in [(&a, 0, &bias[..40]), (&b, 40, &bias[40..])] {
+                let mut alone = vec![0f32; rows * w.n()];
+                matmul_with(&x, rows, w, Some(bias), &mut alone, &mut s, &Serial, path).unwrap();
+                for r in 0..rows {
+                    let got = &fused[r * 64 + first..r * 64 + first + w.n()];
+                    assert_eq!(got, &alone[r * w.n()..(r + 1) * w.n()], "{method:?}");
+                }
+            }
+        }
+    }
+    let mut out = vec![0f32; 64];
+    let cols = Columns {
+        stride: 64,
+        first: 30,
+    };
+    let err = matmul_columns(
+        &[0f32; 256],
+        1,
+        &a,
+        None,
+        &mut out,
+        cols,
+        &mut QuantScratch::default(),
+        &Serial,
+        Path::for_rows(1),
+    );
+    assert!(err
+        .unwrap_err()
+        .to_string()
+        .contains("columns 30..70 inside rows of 64"));
+}

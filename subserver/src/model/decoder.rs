@@ -30,6 +30,7 @@ use crate::model::head::{residual_kind, to_kind, Head};
 use crate::model::layout::BatchLayout;
 use crate::model::linear::{Gemm, Linear};
 use crate::model::paged_cpu::{CpuAttention, PagedCpu};
+use crate::model::quantized::QuantWeights;
 use crate::model::rope::Rope;
 use crate::model::weights::Weights;
 use crate::op_count::{op, ops_so_far};
@@ -75,16 +76,31 @@ pub struct Decoder {
     paged: PagedCpu,
     /// See [`Decoder::set_host_elementwise`].
     host_elementwise: Cell<bool>,
+    /// See [`Decoder::precision`].
+    precision: String,
 }
 
 impl Decoder {
     /// Builds the model from checkpoint tensors, checking every name and shape.
     pub fn new(
         cfg: &ModelConfig,
-        mut w: Weights,
+        w: Weights,
         kind: Kind,
         device: Device,
     ) -> Result<Self, EngineError> {
+        Self::with_quantized(cfg, w, QuantWeights::default(), kind, device)
+    }
+
+    /// As [`Decoder::new`], with the projections `quant` holds computed on
+    /// their GGUF blocks (CPU).
+    pub fn with_quantized(
+        cfg: &ModelConfig,
+        mut w: Weights,
+        mut quant: QuantWeights,
+        kind: Kind,
+        device: Device,
+    ) -> Result<Self, EngineError> {
+        let precision = quant.precision(kind);
         let arch = cfg.architecture().map_err(|reason| {
             EngineError::Load(model_files::LoadError::InvalidModel {
                 path: Default::default(),
@@ -104,9 +120,11 @@ impl Decoder {
         let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
         for i in 0..cfg.num_hidden_layers {
             let p = format!("model.layers.{i}");
-            let q = w.take(&format!("{p}.self_attn.q_proj.weight"), &[nh * hd, h])?;
-            let k = w.take(&format!("{p}.self_attn.k_proj.weight"), &[nkv * hd, h])?;
-            let v = w.take(&format!("{p}.self_attn.v_proj.weight"), &[nkv * hd, h])?;
+            let qkv = [
+                (format!("{p}.self_attn.q_proj.weight"), [nh * hd, h]),
+                (format!("{p}.self_attn.k_proj.weight"), [nkv * hd, h]),
+                (format!("{p}.self_attn.v_proj.weight"), [nkv * hd, h]),
+            ];
             let bias = if qkv_bias {
                 let qb = w.take(&format!("{p}.self_attn.q_proj.bias"), &[nh * hd])?;
                 let kb = w.take(&format!("{p}.self_attn.k_proj.bias"), &[nkv * hd])?;
@@ -133,28 +151,24 @@ impl Decoder {
             } else {
                 None
             };
-            let gate = w.take(&format!("{p}.mlp.gate_proj.weight"), &[inter, h])?;
-            let up = w.take(&format!("{p}.mlp.up_proj.weight"), &[inter, h])?;
+            let gate_up = [
+                (format!("{p}.mlp.gate_proj.weight"), [inter, h]),
+                (format!("{p}.mlp.up_proj.weight"), [inter, h]),
+            ];
+            let o = [(format!("{p}.self_attn.o_proj.weight"), [h, nh * hd])];
+            let down = [(format!("{p}.mlp.down_proj.weight"), [h, inter])];
             layers.push(Layer {
                 input_norm: w
                     .take(&format!("{p}.input_layernorm.weight"), &[h])?
                     .f_to_kind(res)?,
-                qkv: Linear::new(Tensor::f_cat(&[q, k, v], 0)?, bias, gemm)?,
+                qkv: quant.projection(&mut w, &qkv, bias, kind, gemm)?,
                 qk_norm,
-                o_proj: Linear::new(
-                    w.take(&format!("{p}.self_attn.o_proj.weight"), &[h, nh * hd])?,
-                    o_bias,
-                    gemm,
-                )?,
+                o_proj: quant.projection(&mut w, &o, o_bias, kind, gemm)?,
                 post_norm: w
                     .take(&format!("{p}.post_attention_layernorm.weight"), &[h])?
                     .f_to_kind(res)?,
-                gate_up: Linear::new(Tensor::f_cat(&[gate, up], 0)?, None, gemm)?,
-                down: Linear::new(
-                    w.take(&format!("{p}.mlp.down_proj.weight"), &[h, inter])?,
-                    None,
-                    gemm,
-                )?,
+                gate_up: quant.projection(&mut w, &gate_up, None, kind, gemm)?,
+                down: quant.projection(&mut w, &down, None, kind, gemm)?,
             });
         }
         let norm = w.take("model.norm.weight", &[h])?.f_to_kind(res)?;
@@ -167,6 +181,17 @@ impl Decoder {
             let rows = vocab + cfg.deferral_columns as i64;
             w.take("lm_head.weight", &[rows, h])?
         };
+        let rows = lm_head.size()[0];
+        let head = match quant.take_head([rows, h])? {
+            Some(m) => Head::with_proj(
+                norm,
+                lm_head,
+                Linear::quantized(vec![m], None)?,
+                kind,
+                cfg.rms_norm_eps,
+            ),
+            None => Head::new(norm, lm_head, kind, cfg.rms_norm_eps, gemm)?,
+        };
         let leftover = w.leftover();
         if !leftover.is_empty() {
             warn!(count = leftover.len(), first = %leftover[0], "checkpoint tensors not used by the architecture");
@@ -175,7 +200,8 @@ impl Decoder {
             cfg: cfg.clone(),
             embed,
             layers,
-            head: Head::new(norm, lm_head, kind, cfg.rms_norm_eps, gemm)?,
+            head,
+            precision,
             rope: Rope::new(cfg, kind, device)?,
             kind,
             device,
@@ -183,6 +209,12 @@ impl Decoder {
             paged: PagedCpu::new(cfg, kind, device),
             host_elementwise: Cell::new(true),
         })
+    }
+
+    /// What the weights are computed in: the dtype, or the GGUF block
+    /// types kept and the dtype of the rest (`QuantWeights::precision`).
+    pub fn precision(&self) -> &str {
+        &self.precision
     }
 
     /// libtorch calls (ATen ops, views included) the last forward made.

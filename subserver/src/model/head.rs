@@ -91,13 +91,19 @@ impl Head {
         gemm: Gemm,
     ) -> Result<Self, EngineError> {
         let proj = Linear::new(lm_head.shallow_clone(), None, gemm)?;
-        Ok(Self {
+        Ok(Self::with_proj(norm, lm_head, proj, kind, eps))
+    }
+
+    /// As [`Head::new`], with the projection built by the caller (on the
+    /// GGUF's blocks: `model::quantized`).
+    pub fn with_proj(norm: Tensor, lm_head: Tensor, proj: Linear, kind: Kind, eps: f64) -> Self {
+        Self {
             norm,
             lm_head,
             proj,
             kind,
             eps,
-        })
+        }
     }
 
     /// Final hidden states (`[N, H]`, model dtype) and logits without the

@@ -12,6 +12,10 @@
 //!   `vdpbf16ps` at half the FMA rate (see that module); the page's "GEMMs"
 //!   section times all three paths on the machine it ran on.
 //!
+//! A GGUF served with `dtype: auto` on the CPU keeps its blocks
+//! ([`Linear::quantized`], `kernels::quant`): int8 activations against the
+//! blocks' codes, so a step reads the file's bytes, not bf16's.
+//!
 //! f32 keeps plain `linear`: in a torch timing of the step's GEMMs at
 //! batch 1 (2 threads), MKL's GEMV took 21.5 ms against 29.1 ms packed.
 //! So does CUDA.
@@ -24,6 +28,7 @@ use tracing::warn;
 
 use engine_config::cpu_bf16_flags;
 use kernels::gemm::{self, PackedWeight};
+use kernels::quant::{self, Columns, QuantMatrix, QuantScratch};
 
 use crate::error::EngineError;
 use crate::host_tensor::{host_slice, host_slice_mut};
@@ -47,6 +52,8 @@ pub enum Gemm {
     /// `kernels::gemm` on a weight packed at load: bf16 widened to f32 in
     /// registers, f32 FMAs (CPU, bf16, AVX-512F).
     Widened,
+    /// `kernels::quant` on the GGUF's blocks (CPU, `dtype: auto`).
+    Quantized,
 }
 
 impl Gemm {
@@ -119,6 +126,10 @@ enum Weight {
     Tensor(Tensor),
     /// Packed for `kernels::gemm`, with the bias in f32.
     Widened(PackedWeight, Option<Vec<f32>>),
+    /// ggml blocks for `kernels::quant`: parts stacked along the output
+    /// (a fused projection whose parts differ in block type), with the
+    /// bias in f32.
+    Quantized(Vec<QuantMatrix>, Option<Vec<f32>>),
 }
 
 /// One projection: its weight (plain, or packed for its kernel) and bias.
@@ -133,13 +144,15 @@ thread_local! {
     /// `kernels::gemm`'s scratch (the widened input), shared by every
     /// projection a thread runs: one model's forward at a time per thread.
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// `kernels::quant`'s scratch (the int8 input), likewise.
+    static QUANT_SCRATCH: RefCell<QuantScratch> = RefCell::new(QuantScratch::default());
 }
 
 impl Linear {
     /// `weight` (`[out, in]`) and `bias` (`[out]`), packed when `gemm` says so.
     pub fn new(weight: Tensor, bias: Option<Tensor>, gemm: Gemm) -> Result<Self, EngineError> {
         let (weight, bias) = match gemm {
-            Gemm::Plain => (Weight::Tensor(weight), bias),
+            Gemm::Plain | Gemm::Quantized => (Weight::Tensor(weight), bias),
             Gemm::Packed => (Weight::Tensor(onednn::pack(&weight)?), bias),
             Gemm::Widened => {
                 let (n, k) = match weight.size()[..] {
@@ -161,7 +174,54 @@ impl Linear {
                 (Weight::Widened(packed, bias), None)
             }
         };
+        let gemm = if gemm == Gemm::Quantized {
+            Gemm::Plain
+        } else {
+            gemm
+        };
         Ok(Self { weight, bias, gemm })
+    }
+
+    /// A projection on ggml blocks: `parts` (each `[n_i, in]`, one input
+    /// width) stacked along the output, `bias` over all of it.
+    pub fn quantized(parts: Vec<QuantMatrix>, bias: Option<Tensor>) -> Result<Self, EngineError> {
+        let invalid = |reason: String| {
+            EngineError::Load(model_files::LoadError::InvalidModel {
+                path: Default::default(),
+                reason,
+            })
+        };
+        let Some(k) = parts.first().map(QuantMatrix::k) else {
+            return Err(invalid("a quantized projection needs a weight".into()));
+        };
+        if parts.iter().any(|p| p.k() != k) {
+            return Err(invalid(format!(
+                "the parts of a fused projection differ in input width: {:?}",
+                parts.iter().map(QuantMatrix::k).collect::<Vec<_>>()
+            )));
+        }
+        let n: usize = parts.iter().map(QuantMatrix::n).sum();
+        let bias = match bias {
+            Some(b) => Some(Vec::<f32>::try_from(b.f_to_kind(Kind::Float)?)?),
+            None => None,
+        };
+        if bias.as_ref().is_some_and(|b| b.len() != n) {
+            return Err(invalid(format!("a bias of {n} values expected")));
+        }
+        Ok(Self {
+            weight: Weight::Quantized(parts, bias),
+            bias: None,
+            gemm: Gemm::Quantized,
+        })
+    }
+
+    /// The block types of a quantized projection's parts (empty for the
+    /// others).
+    pub fn block_types(&self) -> Vec<quant::QuantType> {
+        match &self.weight {
+            Weight::Quantized(parts, _) => parts.iter().map(QuantMatrix::ty).collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// `x · Wᵀ (+ b)` for `x` of `[..., in]`.
@@ -170,6 +230,7 @@ impl Linear {
             (Weight::Tensor(w), Gemm::Packed) => op(onednn::linear(x, w, self.bias.as_ref())),
             (Weight::Tensor(w), _) => Ok(op(x.f_linear(w, self.bias.as_ref()))?),
             (Weight::Widened(w, bias), _) => widened(x, w, bias.as_deref()),
+            (Weight::Quantized(parts, bias), _) => quantized(x, parts, bias.as_deref()),
         }
     }
 
@@ -209,6 +270,57 @@ fn widened(x: &Tensor, w: &PackedWeight, bias: Option<&[f32]>) -> Result<Tensor,
             &OpenMp,
         )
         .map_err(EngineError::from)
+    })?;
+    Ok(out)
+}
+
+/// [`Linear::forward`] through `kernels::quant`, each part into its
+/// columns, on libtorch's OpenMP team; the output in `x`'s dtype (bf16 or
+/// f32).
+fn quantized(
+    x: &Tensor,
+    parts: &[QuantMatrix],
+    bias: Option<&[f32]>,
+) -> Result<Tensor, EngineError> {
+    let k = parts[0].k();
+    let n: usize = parts.iter().map(QuantMatrix::n).sum();
+    let mut size = x.size();
+    let Some(last) = size.last_mut() else {
+        return Err(EngineError::InvalidRequest(
+            "a linear input must have a dimension".into(),
+        ));
+    };
+    *last = n as i64;
+    let kind = if x.kind() == Kind::Float {
+        Kind::Float
+    } else {
+        Kind::BFloat16
+    };
+    let x = if x.is_contiguous() && x.kind() == kind {
+        x.shallow_clone()
+    } else {
+        op(op(x.f_to_kind(kind))?.f_contiguous())?
+    };
+    let rows = x.numel() / k.max(1);
+    let mut out = op(Tensor::f_empty(size.as_slice(), (kind, Device::Cpu)))?;
+    QUANT_SCRATCH.with(|scratch| {
+        let scratch = &mut scratch.borrow_mut();
+        let mut first = 0;
+        for part in parts {
+            let cols = Columns { stride: n, first };
+            let b = bias.map(|b| &b[first..first + part.n()]);
+            let path = quant::Path::for_rows(rows);
+            if kind == Kind::Float {
+                let (xs, o) = (host_slice::<f32>(&x)?, host_slice_mut::<f32>(&mut out)?);
+                quant::matmul_columns(xs, rows, part, b, o, cols, scratch, &OpenMp, path)?;
+            } else {
+                let xs = host_slice::<half::bf16>(&x)?;
+                let o = host_slice_mut::<half::bf16>(&mut out)?;
+                quant::matmul_columns(xs, rows, part, b, o, cols, scratch, &OpenMp, path)?;
+            }
+            first += part.n();
+        }
+        Ok::<(), EngineError>(())
     })?;
     Ok(out)
 }

@@ -10,6 +10,7 @@ pub mod layout;
 pub mod linear;
 pub mod onednn;
 pub mod paged_cpu;
+pub mod quantized;
 pub mod rope;
 /// Safetensors weights into tensors (crate `model-files`, feature `tch`).
 pub use model_files::weights;

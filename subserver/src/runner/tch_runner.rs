@@ -14,6 +14,7 @@ use crate::kv::storage::{bytes_per_block, KvStorage};
 use crate::kv::KvManager;
 use crate::model::decoder::Decoder;
 use crate::model::dir::{ModelDir, WeightSource};
+use crate::model::quantized::{self, QuantWeights};
 use crate::model::weights::Weights;
 use crate::runner::layout::{BatchLayout, LayoutItem};
 use crate::runner::memory::{num_blocks, KvBudget};
@@ -28,6 +29,9 @@ pub struct TchRunnerOptions {
     pub device: Device,
     /// Weight and activation dtype.
     pub dtype: DType,
+    /// On the CPU, a GGUF-backed model's projections are computed on the
+    /// file's quantized blocks (`dtype: auto`); else dequantized to `dtype`.
+    pub keep_quantized: bool,
     /// Tokens per KV block.
     pub block_size: usize,
     /// Size of the KV pool.
@@ -45,6 +49,7 @@ impl TchRunnerOptions {
             model_dir: dir.to_path_buf(),
             device: Device::Cpu,
             dtype: DType::F32,
+            keep_quantized: false,
             block_size: 16,
             kv_budget: KvBudget::Fraction(0.2),
             enable_prefix_cache: true,
@@ -73,13 +78,21 @@ impl TchRunner {
         ensure_device(opts.device)?;
         let dir = ModelDir::open(&opts.model_dir)?;
         let kind: tch::Kind = opts.dtype.into();
-        let weights = match dir.weight_source()? {
-            WeightSource::Safetensors(files) => {
-                Weights::load(&dir.path, &files, kind, opts.device)?
+        let (weights, quant) = match dir.weight_source()? {
+            WeightSource::Safetensors(files) => (
+                Weights::load(&dir.path, &files, kind, opts.device)?,
+                QuantWeights::default(),
+            ),
+            WeightSource::Gguf(gguf) if opts.keep_quantized && opts.device == tch::Device::Cpu => {
+                quantized::load(&dir.path, &gguf, kind)?
             }
-            WeightSource::Gguf(gguf) => Weights::load_gguf(&dir.path, &gguf, kind, opts.device)?,
+            WeightSource::Gguf(gguf) => (
+                Weights::load_gguf(&dir.path, &gguf, kind, opts.device)?,
+                QuantWeights::default(),
+            ),
         };
-        let decoder = Decoder::new(&dir.config, weights, kind, opts.device)?;
+        let decoder = Decoder::with_quantized(&dir.config, weights, quant, kind, opts.device)?;
+        info!(model = %dir.path.display(), precision = decoder.precision(), "weights loaded");
         Self::with_decoder(decoder, &dir, opts)
     }
 

@@ -111,6 +111,7 @@ mod tests {
             hub_id: None,
             device,
             dtype: DType::Bf16,
+            dtype_auto: false,
             tp_size,
             port: None,
             kv_budget: KvBudget::Tokens(16),
