@@ -7,6 +7,7 @@
 //! why (`ApiError::Unavailable`).
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -33,6 +34,8 @@ pub struct TextSide {
     loaded: Arc<OnceLock<Loaded>>,
     /// Why a pending side is not loaded yet (the loader's last failure).
     waiting: Arc<Mutex<String>>,
+    /// Loader rounds that ended without a text side ([`Self::set_waiting`]).
+    rounds_waiting: Arc<AtomicU64>,
 }
 
 impl Default for TextSide {
@@ -50,6 +53,7 @@ impl TextSide {
         Self {
             loaded: Arc::new(cell),
             waiting: Arc::new(Mutex::new("no group has been asked yet".into())),
+            rounds_waiting: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -95,6 +99,13 @@ impl TextSide {
     pub fn set_waiting(&self, reason: impl Into<String>) {
         let mut w = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         *w = reason.into();
+        self.rounds_waiting.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many loader rounds have ended without a text side (an event a
+    /// test can wait on: "the loader retried and it is still not ready").
+    pub fn rounds_waiting(&self) -> u64 {
+        self.rounds_waiting.load(Ordering::Relaxed)
     }
 
     /// `None` once loaded; else the 503 that requests needing text get.

@@ -185,7 +185,17 @@ async fn a_group_without_a_text_side_leaves_the_gateway_unready_with_the_reason(
         message.contains("has not loaded the tokenizer") && message.contains("has no directory"),
         "{message}"
     );
-    // Retries do not make it ready.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Retries do not make it ready: two more of the loader's rounds end
+    // (the event), and it is still unready.
+    let text = gw.gateway().primary().text.clone();
+    let seen = text.rounds_waiting();
+    tokio::time::timeout(HANG, async {
+        while text.rounds_waiting() < seen + 2 && !text.is_loaded() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("hang: the loader stopped retrying");
+    assert!(!text.is_loaded(), "a retry made it ready");
     assert_eq!(get(addr, "/health").await.0, 503);
 }
