@@ -1,7 +1,8 @@
 """The benchmark targets of tools/bench/targets.yaml (their one home).
 
 As a module: `load()` returns the parsed file. As a script:
-`targets.py SECTION.KEY` prints that one value (for the shell scripts).
+`targets.py SECTION.KEY` prints that one value (for the shell scripts),
+`targets.py SECTION.KEY --source` where it comes from.
 """
 import os
 import sys
@@ -29,10 +30,28 @@ def value(key, targets=None):
     return node
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: targets.py SECTION.KEY")
+def source(key, targets=None):
+    """Where target `key` comes from (its line under `sources:`): an issue
+    and its line, or the commit that set a guard and what it had measured."""
+    t = load() if targets is None else targets
+    value(key, t)
     try:
-        print(value(sys.argv[1]))
+        return t["sources"][key]
+    except (KeyError, TypeError):
+        raise KeyError(f"target `{key}` has no source in {PATH}") from None
+
+
+def keys(targets=None):
+    """Every target's dotted name (the `sources:` section aside)."""
+    t = load() if targets is None else targets
+    return [f"{section}.{k}" for section, body in t.items() if section != "sources"
+            for k in body]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3) or sys.argv[2:] not in ([], ["--source"]):
+        sys.exit("usage: targets.py SECTION.KEY [--source]")
+    try:
+        print(source(sys.argv[1]) if sys.argv[2:] else value(sys.argv[1]))
     except KeyError as e:
         sys.exit(str(e.args[0]))
