@@ -99,7 +99,7 @@ fn corpus() -> Vec<String> {
     let mut texts: Vec<String> = fragments.iter().map(|f| f.to_string()).collect();
     for i in 0..n {
         for j in 0..n {
-            if (i * n + j) % 2 == 0 {
+            if (i * n + j).is_multiple_of(2) {
                 let sep = seps[(i * 7 + j) % seps.len()];
                 texts.push(format!("{}{sep}{}", fragments[i], fragments[j]));
             }

@@ -389,11 +389,10 @@ mod tests {
     #[test]
     fn bad_files_name_the_file_and_write_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let cases: Vec<(
-            &str,
-            Box<dyn Fn(&mut super::super::test_file::GgufBuilder)>,
-            &str,
-        )> = vec![
+        /// A file name, an edit of the fixture, what the error must name.
+        type Case = (&'static str, Edit, &'static str);
+        type Edit = Box<dyn Fn(&mut super::super::test_file::GgufBuilder)>;
+        let cases: Vec<Case> = vec![
             (
                 "arch.gguf",
                 Box::new(|b| {
