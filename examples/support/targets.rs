@@ -29,9 +29,29 @@ pub fn target(key: &str) -> Result<f64> {
     lookup(&text, key)
 }
 
-/// A verdict on `values` (one per run or cell) against the target `key`.
+/// Where target `key` comes from, from `text` (its line under `sources:`).
+fn source_in(text: &str, key: &str) -> Result<String> {
+    let root: serde_yaml::Value =
+        serde_yaml::from_str(text).context("tools/bench/targets.yaml is not YAML")?;
+    root.get("sources")
+        .and_then(|s| s.get(key))
+        .and_then(|s| s.as_str())
+        .map(str::to_string)
+        .with_context(|| format!("target `{key}` has no source in tools/bench/targets.yaml"))
+}
+
+/// Where target `key` comes from: an issue and its line, or the commit that
+/// set a guard and what it had measured.
+pub fn source(key: &str) -> Result<String> {
+    let text = std::fs::read_to_string(FILE).with_context(|| format!("reading {FILE}"))?;
+    source_in(&text, key)
+}
+
+/// A verdict on `values` (one per run or cell) against the target `key`;
+/// its sentence names the target's source.
 pub fn verdict(name: &str, key: &str, goal: Goal, values: Vec<f64>) -> Result<Verdict> {
-    Ok(Verdict::new(name, target(key)?, goal, values))
+    let named = format!("{name} (target `{key}`: {})", source(key)?);
+    Ok(Verdict::new(&named, target(key)?, goal, values))
 }
 
 /// Met only when every target was measured and met.
@@ -67,6 +87,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_source_is_read_and_a_missing_one_named() {
+        let text = "a:\n  b: 0.5\nsources:\n  a.b: issue 1\n";
+        assert_eq!(source_in(text, "a.b").unwrap(), "issue 1");
+        let err = source_in("a:\n  b: 0.5\n", "a.b").unwrap_err().to_string();
+        assert!(err.contains("a.b"), "{err}");
+    }
+
+    #[test]
     fn lookup_reads_dotted_keys_and_names_a_missing_one() {
         let text = "a:\n  b: 0.5\n  n: 0\n";
         assert_eq!(lookup(text, "a.b").unwrap(), 0.5);
@@ -77,8 +105,14 @@ mod tests {
 
     #[test]
     fn every_target_the_pages_use_is_in_the_file() {
-        for key in KEYS {
-            target(key).unwrap();
+        let keys = keys_in_sources();
+        assert!(
+            keys.iter().any(|k| k == "engine.vs_bare_min"),
+            "the scan finds bench_engine's keys: {keys:?}"
+        );
+        for key in keys {
+            target(&key).unwrap();
+            source(&key).unwrap();
         }
     }
 
@@ -94,13 +128,57 @@ mod tests {
     }
 }
 
-/// Every key the bench examples read (checked by the tests above).
+/// Every target key the examples name: each quoted `section.key` whose
+/// section is one of the targets file's (read from the sources, so a new
+/// key cannot be left out of a hand-kept list).
 #[cfg(test)]
-const KEYS: &[&str] = &[
-    "gateway.overhead_pct_max",
-    "gateway.token_p99_ms_max",
-    "gateway.other_errors_max",
-    "me_direct.home_steps_saved_min",
-    "retune.live_settled_vs_tuned_min",
-    "tuner.local_vs_exhaustive_mismatches_max",
-];
+fn keys_in_sources() -> Vec<String> {
+    fn rs_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                rs_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let text = std::fs::read_to_string(FILE).unwrap();
+    let root: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let sections: Vec<String> = root
+        .as_mapping()
+        .unwrap()
+        .keys()
+        .filter_map(|k| k.as_str())
+        .filter(|k| *k != "sources")
+        .map(str::to_string)
+        .collect();
+    let mut files = Vec::new();
+    rs_files(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples"),
+        &mut files,
+    );
+    let mut keys = Vec::new();
+    for file in files {
+        let code = std::fs::read_to_string(&file).unwrap();
+        for quoted in code.split('"').skip(1).step_by(2) {
+            let Some((section, key)) = quoted.split_once('.') else {
+                continue;
+            };
+            let word = |s: &str| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            };
+            // Every target is named for its bound (`_min`, `_max`), which
+            // keeps file names (`retune.md`) out.
+            let bound = key.ends_with("_min") || key.ends_with("_max");
+            if sections.iter().any(|s| s == section) && word(key) && bound {
+                keys.push(quoted.to_string());
+            }
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    keys
+}
