@@ -16,6 +16,7 @@ stat() { # stat LOG NAME -> the value of `stat::NAME:` (last one), or "?"
 # The target (tools/bench/targets.yaml, the one home of every page's targets).
 here=$(cd "$(dirname "$0")" && pwd)
 crashes_max=$(python3 "$here/../tools/bench/targets.py" fuzz.crashes_max)
+crashes_source=$(python3 "$here/../tools/bench/targets.py" fuzz.crashes_max --source)
 
 cores=$(nproc)
 cpu=$(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')
@@ -59,9 +60,9 @@ load_end=$(cut -d' ' -f1 /proc/loadavg)
   echo
   # The verdict, computed against the stated target.
   if [ ${#failed[@]} -eq 0 ]; then
-    echo "Target: at most $crashes_max crashes per target (\`tools/bench/targets.yaml\`). **Verdict: met** ($# targets)."
+    echo "Target: at most $crashes_max crashes per target (\`tools/bench/targets.yaml\` \`fuzz.crashes_max\`: $crashes_source). **Verdict: met** ($# targets)."
   else
-    echo "Target: at most $crashes_max crashes per target (\`tools/bench/targets.yaml\`). **Verdict: not met**: ${failed[*]}."
+    echo "Target: at most $crashes_max crashes per target (\`tools/bench/targets.yaml\` \`fuzz.crashes_max\`: $crashes_source). **Verdict: not met**: ${failed[*]}."
   fi
 } > "$out"
 echo "wrote $out"
