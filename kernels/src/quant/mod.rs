@@ -182,11 +182,13 @@ pub struct Path {
 }
 
 impl Path {
-    /// The faster path for `rows` input rows on this CPU: the integer dot
-    /// at every batch size. `examples/quant_matmul.rs` timed it faster
-    /// than the tiles at 1, 4, 8, 16 and 64 rows on every shape of the
-    /// real GGUFs (the tiles' scalar dequantization costs more than the
-    /// unpacking they share across rows).
+    /// The path for `rows` input rows on this CPU: the integer dot at
+    /// every batch size. `examples/quant_matmul.rs`
+    /// (docs/results/quant-kernels.md) timed it faster than the tiles at
+    /// 1 to 16 rows on every shape of the real GGUFs, and on 4 of 6 at 64
+    /// rows (the tiles' scalar dequantization costs more than the
+    /// unpacking they share across rows). The bf16 GEMM on dequantized
+    /// weights was faster than both from 4-8 rows on, at 2-4x the bytes.
     pub fn for_rows(rows: usize) -> Self {
         let _ = rows;
         Self {
