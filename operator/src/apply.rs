@@ -325,7 +325,9 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
             ..Default::default()
         });
         status.conditions = status::carry_transitions(&old.conditions, computed.conditions);
-        write_status(&api, &trd, &status).await?;
+        if status::needs_write(&old, &status) {
+            write_status(&api, &trd, &status).await?;
+        }
         return Ok(Action::requeue(ctx.settings.recheck_period));
     }
 
@@ -362,7 +364,11 @@ pub async fn apply(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Result
         });
         status.conditions = status::carry_transitions(&old.conditions, conds);
     }
-    write_status(&api, &trd, &status).await?;
+    // Only a changed status is written: each write is a watched change
+    // that starts another reconcile (status::needs_write).
+    if status::needs_write(&old, &status) {
+        write_status(&api, &trd, &status).await?;
+    }
     // A drain (scale-down or roll) waits on time, not on a watched change.
     let draining = ctx.remember(&key(&trd), |m| {
         m.drain_since.is_some() || m.roll_unlisted.is_some()

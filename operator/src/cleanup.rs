@@ -50,7 +50,17 @@ pub async fn cleanup(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Resu
     n += delete_owned(Api::<StatefulSet>::namespaced(c.clone(), &ns), &selector).await?;
     n += delete_owned(Api::<Service>::namespaced(c.clone(), &ns), &selector).await?;
     n += delete_owned(Api::<ConfigMap>::namespaced(c.clone(), &ns), &selector).await?;
-    n += delete_owned(Api::<Secret>::namespaced(c.clone(), &ns), &selector).await?;
+    // The one Secret the operator makes (the admin token), by name: the
+    // operator may not list Secrets (no cluster-wide read of them).
+    let secrets = Api::<Secret>::namespaced(c.clone(), &ns);
+    match secrets
+        .delete(&names::admin_secret(&trd), &DeleteParams::background())
+        .await
+    {
+        Ok(_) => n += 1,
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
     n += delete_owned(Api::<NetworkPolicy>::namespaced(c.clone(), &ns), &selector).await?;
     let monitors: Api<kube::api::DynamicObject> =
         Api::namespaced_with(c, &ns, &build::service_monitor_resource());

@@ -40,6 +40,12 @@ pub struct OperatorArgs {
     /// Needs `--operator-namespace` (the operator's pod namespace).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub network_policy: bool,
+    /// Put a finalizer on every resource and delete what it owns before it
+    /// goes: only for clusters without a garbage collector. Off, the owner
+    /// references remove everything, and an uninstalled operator never
+    /// leaves resources (and their namespaces) stuck terminating.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub cleanup_finalizer: bool,
     /// The namespace the operator's pod runs in (downward API).
     #[arg(long, env = "POD_NAMESPACE")]
     pub operator_namespace: Option<String>,
@@ -101,6 +107,7 @@ impl OperatorArgs {
                 timeout: Duration::from_secs(self.drain_timeout_seconds),
             },
             autoscale_period: Duration::from_secs(self.autoscale_period_seconds.max(1)),
+            cleanup_finalizer: self.cleanup_finalizer,
             ..Settings::default()
         }
     }

@@ -32,6 +32,11 @@ pub struct Settings {
     pub recheck_period: Duration,
     /// Who may reach the serving pods; `None`: render no NetworkPolicy.
     pub network: Option<NetworkAccess>,
+    /// Keep a finalizer on each resource and delete what it owns before
+    /// letting it go: for clusters without a garbage collector (the test
+    /// kit). Off (the default), owner references do it, and a namespace or
+    /// `helm uninstall` never waits on the operator.
+    pub cleanup_finalizer: bool,
 }
 
 impl Default for Settings {
@@ -42,6 +47,7 @@ impl Default for Settings {
             resync_period: Duration::from_secs(300),
             recheck_period: Duration::from_secs(10),
             network: None,
+            cleanup_finalizer: false,
         }
     }
 }

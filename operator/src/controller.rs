@@ -29,6 +29,13 @@ pub async fn reconcile(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Re
         .ok_or_else(|| Error::NoNamespace(trd.name_any()))?;
     let api: Api<TokenRouterDeployment> = Api::namespaced(ctx.client.clone(), &ns);
     let key = key(&trd);
+    if !ctx.settings.cleanup_finalizer {
+        return without_finalizer(&api, trd, ctx.clone())
+            .await
+            .inspect(|_| {
+                ctx.remember(&key, |m| m.failures = 0);
+            });
+    }
     let result = finalizer(&api, names::FINALIZER, trd, |event| async {
         match event {
             FinalizerEvent::Apply(trd) => apply::apply(trd, ctx.clone()).await,
@@ -45,6 +52,42 @@ pub async fn reconcile(trd: Arc<TokenRouterDeployment>, ctx: Arc<Context>) -> Re
         ctx.remember(&key, |m| m.failures = 0);
     }
     result
+}
+
+/// The reconcile without a finalizer: garbage collection removes what the
+/// resource owns through the owner references. A finalizer an earlier
+/// operator (or `--cleanup-finalizer`) left is taken off first, so the
+/// resource and its namespace are never held by an operator that may be
+/// gone; a resource being deleted gets no more applies.
+async fn without_finalizer(
+    api: &Api<TokenRouterDeployment>,
+    trd: Arc<TokenRouterDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
+    if trd.finalizers().iter().any(|f| f == names::FINALIZER) {
+        // The list without ours, under the resourceVersion read: another
+        // writer's change in between fails it (409), and the next reconcile
+        // looks again.
+        let rest: Vec<&String> = trd
+            .finalizers()
+            .iter()
+            .filter(|f| *f != names::FINALIZER)
+            .collect();
+        let patch = serde_json::json!({"metadata": {
+            "finalizers": rest,
+            "resourceVersion": trd.metadata.resource_version,
+        }});
+        api.patch(
+            &trd.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    if trd.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    apply::apply(trd, ctx).await
 }
 
 /// Backoff after a failed reconcile: 5 s, doubling per consecutive

@@ -157,6 +157,29 @@ pub fn carry_transitions(old: &[Condition], mut new: Vec<Condition>) -> Vec<Cond
     new
 }
 
+/// Whether `new` (the status a pass computed, as the merge patch it
+/// becomes) says anything `old` does not, other than the live load.
+///
+/// A status write is a watched change of the resource: it starts another
+/// reconcile, which under traffic saw a new `observedConcurrency` and wrote
+/// again, back to back. So the load alone never causes a write; it goes out
+/// with the next change that does (a new group count, a condition, a
+/// thresholds table). Fields the patch leaves out (`None`: the tune loop's
+/// `tuning`, its `thresholds`) keep the old value.
+pub fn needs_write(
+    old: &crds::v1alpha1::TokenRouterDeploymentStatus,
+    new: &crds::v1alpha1::TokenRouterDeploymentStatus,
+) -> bool {
+    let mut merged = new.clone();
+    merged.tuning = new.tuning.clone().or_else(|| old.tuning.clone());
+    merged.thresholds = new.thresholds.clone().or_else(|| old.thresholds.clone());
+    // The load appearing or going (metrics found or lost) is news; its value is not.
+    if new.observed_concurrency.is_some() == old.observed_concurrency.is_some() {
+        merged.observed_concurrency = old.observed_concurrency;
+    }
+    merged != *old
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,5 +257,44 @@ mod tests {
         let second = compute(&obs(vec![set("small", 1, 1, 1)], 1)).conditions;
         let kept = carry_transitions(&first, second);
         assert_eq!(kept[0].last_transition_time, first[0].last_transition_time);
+    }
+
+    #[test]
+    fn the_load_alone_is_no_reason_to_write() {
+        use crds::v1alpha1::TokenRouterDeploymentStatus as S;
+        let conditions = compute(&obs(vec![set("small", 1, 1, 1)], 1)).conditions;
+        let old = S {
+            conditions: conditions.clone(),
+            desired_groups: 1,
+            observed_concurrency: Some(3),
+            tuning: Some(Default::default()),
+            ..S::default()
+        };
+        let mut new = S {
+            tuning: None,
+            observed_concurrency: Some(4),
+            ..old.clone()
+        };
+        assert!(
+            !needs_write(&old, &new),
+            "only the load and an omitted field differ"
+        );
+        new.desired_groups = 2;
+        assert!(
+            needs_write(&old, &new),
+            "a new decision is written (with the load)"
+        );
+        new.desired_groups = 1;
+        new.conditions[0].message = "0 of 1 groups ready".into();
+        assert!(needs_write(&old, &new), "a condition's change is written");
+        assert!(
+            needs_write(&S::default(), &old),
+            "the first status is written"
+        );
+        let unseen = S {
+            observed_concurrency: None,
+            ..old.clone()
+        };
+        assert!(needs_write(&unseen, &old), "the load showing up is written");
     }
 }

@@ -168,6 +168,18 @@ fn chart_is_least_privilege_and_hardened() {
             .unwrap()
             .contains(&Value::from(verb)));
     }
+    // Secrets by name only: no list (or watch) of every Secret it may see.
+    let secret_rule = role["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0] == "secrets")
+        .expect("an RBAC rule for secrets");
+    let verbs = secret_rule["verbs"].as_sequence().unwrap();
+    assert!(
+        !verbs.contains(&Value::from("list")) && !verbs.contains(&Value::from("watch")),
+        "{verbs:?}"
+    );
     let container = &pod["containers"][0];
     let env_ref = container["env"]
         .as_sequence()

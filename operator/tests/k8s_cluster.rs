@@ -212,3 +212,134 @@ async fn a_read_write_once_claim_requires_co_location_and_one_group() {
     )
     .await;
 }
+
+/// Under steady traffic whose live load changes at every scrape, the
+/// operator runs about once per autoscale period: the status it writes is
+/// no trigger of its own. Bound over a 10 s window at a 1 s period: at most
+/// 10 / 1 + 4 reconciles (a requeue per period, and a few from the watch's
+/// own events), and at most one status write. Before, every pass wrote the
+/// new load, which started the next pass at once: hundreds in the window.
+#[tokio::test(flavor = "multi_thread")]
+async fn steady_traffic_reconciles_once_per_period() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use warp::Filter;
+
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let ns = namespace(&client, "trd-churn").await;
+    // The gateway's exposition: 3 to 7 requests, a new value every scrape
+    // (target 16 per group: always one group).
+    let scrapes = Arc::new(AtomicU64::new(0));
+    let served = scrapes.clone();
+    let metrics = warp::path!("metrics").map(move || {
+        let load = 3 + served.fetch_add(1, Ordering::SeqCst) % 5;
+        format!(
+            "# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name=\"m\"}} {load}\n\
+             # TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{{model_name=\"m\"}} 0\n"
+        )
+    });
+    let (addr, server) = warp::serve(metrics).bind_ephemeral(([127, 0, 0, 1], 0));
+    let server = tokio::spawn(server);
+    let operator = Operator::start(&client, &ns);
+    let mut value = serde_json::to_value(sim_resource("churn", 1)).unwrap();
+    value["spec"]["autoscaling"] = json!({"enabled": true, "minGroups": 1, "maxGroups": 2,
+        "targetConcurrencyPerGroup": 16});
+    let trd: crds::TokenRouterDeployment = serde_json::from_value(value).unwrap();
+    let api = trds(&client, &ns);
+    api.create(&PostParams::default(), &trd).await.unwrap();
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), &ns);
+    let slice = serde_json::from_value(json!({
+        "metadata": {"name": "churn-gateway-x1", "labels": {"kubernetes.io/service-name": "churn-gateway"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "http", "port": addr.port(), "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["127.0.0.1"], "conditions": {"ready": true}}]
+    }))
+    .unwrap();
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    // Steady: the load is seen and one group is wanted.
+    let version = wait_for("the load in the status", vec![changes(&api)], || async {
+        let t = api.get("churn").await.ok()?;
+        let s = t.status.as_ref()?;
+        (s.observed_concurrency.is_some() && s.desired_groups == 1)
+            .then(|| t.metadata.resource_version.clone())
+    })
+    .await;
+    let before = operator.reconciles.get();
+    let scrapes_before = scrapes.load(Ordering::SeqCst);
+    let window = std::time::Duration::from_secs(10);
+    let mut writes = 0;
+    let mut last = version;
+    let mut wake = changes(&api);
+    let end = tokio::time::Instant::now() + window;
+    loop {
+        tokio::select! {
+            _ = futures::StreamExt::next(&mut wake) => {
+                let now = api.get("churn").await.unwrap().metadata.resource_version;
+                if now != last {
+                    writes += 1;
+                    last = now;
+                }
+            }
+            _ = tokio::time::sleep_until(end) => break,
+        }
+    }
+    let reconciles = operator.reconciles.get() - before;
+    let scraped = scrapes.load(Ordering::SeqCst) - scrapes_before;
+    server.abort();
+    // The load did change under the operator all along.
+    assert!(scraped >= 5, "only {scraped} scrapes in {window:?}");
+    assert!(
+        reconciles <= 14,
+        "{reconciles} reconciles in {window:?} at a 1 s period"
+    );
+    assert!(writes <= 1, "{writes} writes of the resource in {window:?}");
+}
+
+/// Without `--cleanup-finalizer` (the chart's default) a resource carries no
+/// finalizer, one an earlier operator left is taken off, and a delete is not
+/// held by the operator (garbage collection removes the owned objects on a
+/// real cluster; the kit has none, so only the resource's own going is checked).
+#[tokio::test(flavor = "multi_thread")]
+async fn without_the_finalizer_option_nothing_holds_a_delete() {
+    let Some(client) = client().await else { return };
+    install_crd(&client).await;
+    let ns = namespace(&client, "trd-nofin").await;
+    let mut trd = sim_resource("nofin", 1);
+    trd.metadata.finalizers = Some(vec![
+        operator::names::FINALIZER.to_string(),
+        "example.com/keep".to_string(),
+    ]);
+    let api = trds(&client, &ns);
+    api.create(&PostParams::default(), &trd).await.unwrap();
+    let _operator = Operator::start_with(&client, &ns, false);
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let finalizers = wait_for(
+        "our finalizer gone and the sets applied",
+        vec![changes(&api), changes(&sets)],
+        || async {
+            let t = api.get("nofin").await.ok()?;
+            let fins = t.metadata.finalizers.clone().unwrap_or_default();
+            sets.get_opt("nofin-small").await.ok()??;
+            (!fins.contains(&operator::names::FINALIZER.to_string())).then_some(fins)
+        },
+    )
+    .await;
+    // Another controller's finalizer stays.
+    assert_eq!(finalizers, ["example.com/keep"]);
+    // Its owner takes the other finalizer off; the delete then completes at
+    // once, with the operator running.
+    api.patch(
+        "nofin",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    api.delete("nofin", &Default::default()).await.unwrap();
+    wait_for("the resource gone", vec![changes(&api)], || async {
+        api.get_opt("nofin").await.ok()?.is_none().then_some(())
+    })
+    .await;
+}

@@ -540,6 +540,8 @@ async fn operator_killed_mid_reconcile_converges_without_duplicates_or_orphans()
                 "--drain-timeout-seconds",
                 "0",
             ])
+            // The kit has no garbage collector: the operator cleans up.
+            .args(["--cleanup-finalizer", "true"])
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null());

@@ -151,11 +151,20 @@ spec:
 /// The operator's controller for one namespace, in this process; stopped on drop.
 pub struct Operator {
     task: tokio::task::JoinHandle<()>,
+    /// Reconciles the controller has run (its `reconciles` counter).
+    pub reconciles: prometheus::IntCounter,
 }
 
 impl Operator {
     /// Starts the controller for `ns` with no drain wait.
     pub fn start(client: &Client, ns: &str) -> Self {
+        Self::start_with(client, ns, true)
+    }
+
+    /// [`Operator::start`] with or without the cleanup finalizer (the
+    /// chart's default is without: a garbage collector deletes what a
+    /// resource owns).
+    pub fn start_with(client: &Client, ns: &str, cleanup_finalizer: bool) -> Self {
         let metrics = operator::metrics::Metrics::new().unwrap();
         let settings = operator::Settings {
             drain: operator::groups::DrainPolicy {
@@ -165,11 +174,15 @@ impl Operator {
             // Missing Secrets/PVCs are rechecked on this period.
             recheck_period: Duration::from_secs(1),
             autoscale_period: Duration::from_secs(1),
+            // The kit has no garbage collector: the operator cleans up,
+            // unless a test asks otherwise.
+            cleanup_finalizer,
             ..operator::Settings::default()
         };
+        let reconciles = metrics.reconciles.clone();
         let ctx = Arc::new(operator::Context::new(client.clone(), metrics, settings));
         let task = tokio::spawn(operator::run(ctx, Some(ns.to_string())));
-        Self { task }
+        Self { task, reconciles }
     }
 }
 
