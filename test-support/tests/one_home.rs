@@ -3,6 +3,8 @@
 //! picks two ports one at a time (the kernel may hand the same port out
 //! twice once the first listener is gone; `free_ports::<N>` holds them all).
 
+#![allow(clippy::unwrap_used)] // Test code: a failed unwrap is a failed test.
+
 use std::path::{Path, PathBuf};
 
 /// Every `.rs` file of the workspace outside build output and caches.
