@@ -368,7 +368,7 @@ K8S_STATE ?= $(TARGET_DIR)/k8s-test-state
 K8S_BIN   := $(or $(TOKENROUTER_K8S_CACHE),$(HOME)/.cache/tokenrouter-k8s)/bin
 HADOLINT_VERSION := 2.15.1
 HADOLINT  := $(VENV)/bin/hadolint
-K8S_TESTS := -p operator --test k8s_operator --test k8s_chart --test k8s_refs_roll --test k8s_examples
+K8S_TESTS := -p operator --test k8s_operator --test k8s_chart --test k8s_refs_roll --test k8s_examples --test k8s_cluster
 
 .PHONY: k8s-kit crdgen hadolint helm-check test-k8s
 
