@@ -63,13 +63,12 @@ fn argmax(row: &[f32]) -> u32 {
     (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
 }
 
+/// One prompt's greedy answer: its tokens and the logits row each was chosen from.
+type Answer = (Vec<u32>, Vec<Vec<f32>>);
+
 /// Greedy answers of every prompt, decoded together (tokens and the logits
 /// row each was chosen from), and the runner's precision.
-fn greedy(
-    model: &Path,
-    quantized: bool,
-    prompts: &[Vec<u32>],
-) -> (Vec<(Vec<u32>, Vec<Vec<f32>>)>, String) {
+fn greedy(model: &Path, quantized: bool, prompts: &[Vec<u32>]) -> (Vec<Answer>, String) {
     let mut opts = TchRunnerOptions::new(model);
     opts.dtype = DType::Bf16;
     opts.keep_quantized = quantized;

@@ -131,6 +131,8 @@ pub fn section(
                 "`kernels::gemm` on weights packed at load: bf16 widened to f32 in registers, \
                  f32 FMAs (`subserver::model::linear`)",
             Gemm::Plain => "the same plain `linear`",
+            // Random weights of a safetensors shape are never GGUF blocks.
+            Gemm::Quantized => "`kernels::quant` on the GGUF's own blocks",
         }
     ));
     page.table(
