@@ -3,7 +3,8 @@
 //! `kernels::quant` (q/k/v/o, gate/up/down, the head) is built as a
 //! [`Linear::quantized`]; the rest of the file is dequantized to the model
 //! dtype as before. The token embedding stays dequantized (a row gather,
-//! not a matmul); with tied embeddings the head also keeps the blocks.
+//! not a matmul); the head is kept in blocks, tied or not, and its rows
+//! dequantized too, for the f32 re-score of each row's top candidates.
 //!
 //! A projection whose type has no kernel is dequantized, and the log names
 //! it; a tensor whose bytes do not match its shape and type is refused at
@@ -78,7 +79,10 @@ pub fn load(dir: &Path, gguf: &Path, kind: Kind) -> Result<(Weights, QuantWeight
                     quant
                         .mats
                         .insert(if as_head { HEAD.into() } else { name.clone() }, m);
-                    if !as_head {
+                    // The head keeps a dequantized copy beside its blocks
+                    // as well, tied or not: `Head::forward` re-scores each
+                    // row's top candidates in f32 from its rows.
+                    if !as_head && name != HEAD {
                         continue;
                     }
                 }
