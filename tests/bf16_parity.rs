@@ -22,11 +22,9 @@ mod common;
 
 use std::path::Path;
 
+use common::greedy::{agreement, greedy, math_prompts, Answer};
 use subserver::config::DType;
-use subserver::runner::memory::KvBudget;
-use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use subserver::runner::{ModelRunner, StepBatch, StepItem};
-use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
+use subserver::runner::tch_runner::TchRunnerOptions;
 
 const PROMPTS: usize = 24;
 const STEPS: usize = 32;
@@ -41,94 +39,20 @@ const MIN_SHARED: f64 = 0.70;
 /// on the EPYC, 0.62 on the Xeon).
 const MAX_LOGIT_DIFF: f32 = 1.0;
 
-fn prompts(model: &Path) -> Vec<Vec<u32>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/eval/math30.jsonl");
-    let text = std::fs::read_to_string(path).unwrap();
-    let tok = TextTokenizer::from_dir(model).unwrap();
-    let template = ChatTemplate::from_dir(model).unwrap();
-    text.lines()
-        .take(PROMPTS)
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let q = v["question"].as_str().unwrap();
-            let chat = template
-                .render(
-                    &[ChatMessage::new("user", q)],
-                    true,
-                    &serde_json::Map::new(),
-                )
-                .unwrap();
-            tok.encode(&chat, false).unwrap()
-        })
-        .collect()
-}
-
-/// The first index of the largest logit.
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
-}
-
-/// Greedy answers of every prompt, decoded together: per prompt, its tokens
-/// and the logits row each was chosen from.
-fn greedy(model: &Path, dtype: DType, prompts: &[Vec<u32>]) -> Vec<(Vec<u32>, Vec<Vec<f32>>)> {
+/// Greedy answers of every prompt in `dtype`.
+fn run(model: &Path, dtype: DType, prompts: &[Vec<u32>]) -> Vec<Answer> {
     let mut opts = TchRunnerOptions::new(model);
     opts.dtype = dtype;
-    opts.kv_budget = KvBudget::Tokens(prompts.len() * 256);
-    opts.enable_prefix_cache = false;
-    let mut r = TchRunner::load(&opts).unwrap();
-    let mut items: Vec<StepItem> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            r.kv().admit(i as u64, p).unwrap();
-            StepItem {
-                rid: i as u64,
-                start: 0,
-                tokens: p.clone(),
-            }
-        })
-        .collect();
-    let mut out = vec![(Vec::new(), Vec::new()); prompts.len()];
-    for _ in 0..STEPS {
-        let rows = r
-            .forward(&StepBatch::new(items.clone()))
-            .unwrap()
-            .logits_rows()
-            .unwrap();
-        for ((item, row), (toks, logits)) in items.iter_mut().zip(rows).zip(&mut out) {
-            let t = argmax(&row);
-            item.start += item.tokens.len();
-            item.tokens = vec![t];
-            toks.push(t);
-            logits.push(row);
-        }
-    }
-    out
+    greedy(opts, prompts, STEPS).0
 }
 
 #[test]
 fn bf16_greedy_answers_follow_f32() {
     let model = common::model_dir("smollm2-135m");
-    let prompts = prompts(&model);
-    let f32_out = greedy(&model, DType::F32, &prompts);
-    let bf16_out = greedy(&model, DType::Bf16, &prompts);
-    let (mut shared, mut total, mut max_diff) = (0usize, 0usize, 0f32);
-    for (i, ((a, la), (b, lb))) in f32_out.iter().zip(&bf16_out).enumerate() {
-        let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-        // Logits are comparable while both answers share their prefix (the
-        // row that picks the first differing token included).
-        for (ra, rb) in la.iter().zip(lb).take((same + 1).min(STEPS)) {
-            let d = ra
-                .iter()
-                .zip(rb)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
-            max_diff = max_diff.max(d);
-        }
-        println!("prompt {i}: {same}/{STEPS} tokens before the first divergence");
-        shared += same;
-        total += a.len();
-    }
+    let prompts = math_prompts(&model, PROMPTS);
+    let f32_out = run(&model, DType::F32, &prompts);
+    let bf16_out = run(&model, DType::Bf16, &prompts);
+    let (shared, total, max_diff) = agreement(&f32_out, &bf16_out, STEPS);
     let share = shared as f64 / total as f64;
     println!(
         "bf16 vs f32: {shared}/{total} tokens ({:.1}%) before the first divergence; \

@@ -22,12 +22,10 @@ mod common;
 
 use std::path::Path;
 
+use common::greedy::{agreement, greedy, math_prompts, Answer};
 use subserver::assets::gguf::{import_gguf, ImportOptions};
 use subserver::config::DType;
-use subserver::runner::memory::KvBudget;
-use subserver::runner::tch_runner::{TchRunner, TchRunnerOptions};
-use subserver::runner::{ModelRunner, StepBatch, StepItem};
-use subserver::tokenizer::{ChatMessage, ChatTemplate, TextTokenizer};
+use subserver::runner::tch_runner::TchRunnerOptions;
 
 const PROMPTS: usize = 12;
 const STEPS: usize = 32;
@@ -37,73 +35,13 @@ const MIN_SHARED: f64 = 0.60;
 /// Largest logit difference tolerated on the shared steps (measured 1.50).
 const MAX_LOGIT_DIFF: f32 = 2.0;
 
-fn prompts(model: &Path) -> Vec<Vec<u32>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("data/eval/math30.jsonl");
-    let text = std::fs::read_to_string(path).unwrap();
-    let tok = TextTokenizer::from_dir(model).unwrap();
-    let template = ChatTemplate::from_dir(model).unwrap();
-    text.lines()
-        .take(PROMPTS)
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let q = v["question"].as_str().unwrap();
-            let chat = template
-                .render(
-                    &[ChatMessage::new("user", q)],
-                    true,
-                    &serde_json::Map::new(),
-                )
-                .unwrap();
-            tok.encode(&chat, false).unwrap()
-        })
-        .collect()
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
-}
-
-/// One prompt's greedy answer: its tokens and the logits row each was chosen from.
-type Answer = (Vec<u32>, Vec<Vec<f32>>);
-
-/// Greedy answers of every prompt, decoded together (tokens and the logits
-/// row each was chosen from), and the runner's precision.
-fn greedy(model: &Path, quantized: bool, prompts: &[Vec<u32>]) -> (Vec<Answer>, String) {
+/// Greedy answers of every prompt in bf16, projections on the GGUF's
+/// blocks or dequantized, and the runner's precision.
+fn run(model: &Path, quantized: bool, prompts: &[Vec<u32>]) -> (Vec<Answer>, String) {
     let mut opts = TchRunnerOptions::new(model);
     opts.dtype = DType::Bf16;
     opts.keep_quantized = quantized;
-    opts.kv_budget = KvBudget::Tokens(prompts.len() * 256);
-    opts.enable_prefix_cache = false;
-    let mut r = TchRunner::load(&opts).unwrap();
-    let precision = r.decoder().precision().to_string();
-    let mut items: Vec<StepItem> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            r.kv().admit(i as u64, p).unwrap();
-            StepItem {
-                rid: i as u64,
-                start: 0,
-                tokens: p.clone(),
-            }
-        })
-        .collect();
-    let mut out = vec![(Vec::new(), Vec::new()); prompts.len()];
-    for _ in 0..STEPS {
-        let rows = r
-            .forward(&StepBatch::new(items.clone()))
-            .unwrap()
-            .logits_rows()
-            .unwrap();
-        for ((item, row), (toks, logits)) in items.iter_mut().zip(rows).zip(&mut out) {
-            let t = argmax(&row);
-            item.start += item.tokens.len();
-            item.tokens = vec![t];
-            toks.push(t);
-            logits.push(row);
-        }
-    }
-    (out, precision)
+    greedy(opts, prompts, STEPS)
 }
 
 #[test]
@@ -116,28 +54,14 @@ fn smollm2_on_its_q4_1_blocks_follows_the_dequantized_model() {
         ..ImportOptions::default()
     };
     import_gguf(&gguf, &dir, &opts).unwrap();
-    let prompts = prompts(&dir);
-    let (deq, p_deq) = greedy(&dir, false, &prompts);
-    let (quant, p_quant) = greedy(&dir, true, &prompts);
+    let prompts = math_prompts(&dir, PROMPTS);
+    let (deq, p_deq) = run(&dir, false, &prompts);
+    let (quant, p_quant) = run(&dir, true, &prompts);
     assert_eq!(p_deq, "bf16");
     // 30 layers of q, k, v, o, gate, up, down in Q4_1; the tied head
     // (token_embd) in Q8_0.
     assert_eq!(p_quant, "Q4_1 (210), Q8_0 (1); rest bf16");
-    let (mut shared, mut total, mut max_diff) = (0usize, 0usize, 0f32);
-    for (i, ((a, la), (b, lb))) in deq.iter().zip(&quant).enumerate() {
-        let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-        for (ra, rb) in la.iter().zip(lb).take((same + 1).min(STEPS)) {
-            let d = ra
-                .iter()
-                .zip(rb)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max);
-            max_diff = max_diff.max(d);
-        }
-        println!("prompt {i}: {same}/{STEPS} tokens before the first divergence");
-        shared += same;
-        total += a.len();
-    }
+    let (shared, total, max_diff) = agreement(&deq, &quant, STEPS);
     let share = shared as f64 / total as f64;
     println!(
         "quantized vs dequantized bf16: {shared}/{total} tokens ({:.1}%) before the first \

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 pub mod assets;
+pub mod greedy;
 pub mod heldout;
 pub mod router_eval;
 
